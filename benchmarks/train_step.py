@@ -1,0 +1,141 @@
+"""Training-step speed: transduce vs an equivalent torch.nn.Transformer, side by side.
+
+One step = forward + label-smoothed loss + backward + Adam update, on batches of about
+--max-tokens target tokens drawn with realistic length variation and grouped by length (as a
+bucketing batcher would). Reports real (non-padding) target tokens per second.
+
+    python benchmarks/train_step.py                      # tiny and base, fp32 and bf16
+    python benchmarks/train_step.py --presets tiny --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transduce import ModelConfig, Transformer
+from transduce.model.embeddings import sinusoidal_encoding
+
+PAD = 1
+VOCAB = {"tiny": 8000, "base": 37000, "iwslt": 10000, "big": 37000}
+
+
+class TorchReference(nn.Module):
+    """The same model built from torch.nn.Transformer, as a user of plain PyTorch would."""
+
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.register_buffer("positions", sinusoidal_encoding(c.max_positions, c.d_model))
+        self.dropout = nn.Dropout(c.dropout)
+        self.transformer = nn.Transformer(c.d_model, c.n_heads, c.n_encoder_layers,
+                                          c.n_decoder_layers, c.d_ff, c.dropout,
+                                          batch_first=True, norm_first=c.norm_first)
+        self.transformer.encoder.norm = self.transformer.decoder.norm = None  # paper: post-norm
+        for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
+            layer.dropout = nn.Identity()  # nn.Transformer's dropout after ReLU: not in the paper
+            for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+                if attn is not None:
+                    attn.dropout = 0.0  # nor is dropout on attention weights
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.output.weight = self.embedding.weight
+        self.scale = math.sqrt(c.d_model)
+
+    def embed(self, ids):
+        return self.dropout(self.embedding(ids) * self.scale + self.positions[: ids.shape[1]])
+
+    def forward(self, src, tgt):
+        src_pad = src == PAD
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        hidden = self.transformer(self.embed(src), self.embed(tgt), src_key_padding_mask=src_pad,
+                                  memory_key_padding_mask=src_pad, tgt_mask=causal,
+                                  tgt_is_causal=True)
+        return self.output(hidden)
+
+
+def make_batches(vocab: int, max_tokens: int, n_batches: int, seed: int = 0):
+    """Length-bucketed batches: lengths log-normal (median ~20 subwords, long tail to 100)."""
+    g = torch.Generator().manual_seed(seed)
+    n = n_batches * max_tokens // 12
+    tgt_len = torch.exp(torch.randn(n, generator=g) * 0.5 + math.log(20)).clamp(3, 100).long()
+    src_len = (tgt_len * torch.exp(torch.randn(n, generator=g) * 0.15)).clamp(2, 110).long()
+    order = torch.argsort(tgt_len)
+    batches, start = [], 0
+    while start < n:
+        end = start + 1
+        while end < n and (end - start + 1) * tgt_len[order[end]] <= max_tokens:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    picks = torch.randperm(len(batches), generator=g)[:n_batches]
+    result = []
+    for i in picks.tolist():
+        idx = batches[i]
+        s, t = src_len[idx], tgt_len[idx] + 1  # +1: <bos> on input, <eos> on output
+        src = torch.full((len(idx), int(s.max())), PAD)
+        tgt = torch.full((len(idx), int(t.max()) + 1), PAD)
+        for row in range(len(idx)):
+            src[row, : s[row]] = torch.randint(4, vocab, (int(s[row]),), generator=g)
+            tgt[row, : t[row] + 1] = torch.randint(4, vocab, (int(t[row]) + 1,), generator=g)
+        result.append((src, tgt[:, :-1], tgt[:, 1:]))
+    return result
+
+
+def train_step(model, optimizer, batch, bf16: bool) -> None:
+    src, tgt_in, tgt_out = batch
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(src, tgt_in)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD,
+                           label_smoothing=0.1)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def measure(preset: str, bf16: bool, steps: int, max_tokens: int) -> dict[str, float]:
+    vocab = VOCAB[preset]
+    config = ModelConfig.preset(preset, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    batches = make_batches(vocab, max_tokens, n_batches=steps)
+    tokens = sum(int((b[2] != PAD).sum()) for b in batches)
+    runners = {}
+    for name, build in (("transduce", Transformer), ("torch.nn.Transformer", TorchReference)):
+        torch.manual_seed(0)
+        model = build(config).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        train_step(model, optimizer, batches[0], bf16)  # warm-up: allocator, kernels
+        runners[name] = (model, optimizer, 0.0)
+    for batch in batches:  # interleaved, so both see the same machine load
+        for name, (model, optimizer, elapsed) in runners.items():
+            start = time.perf_counter()
+            train_step(model, optimizer, batch, bf16)
+            runners[name] = (model, optimizer, elapsed + time.perf_counter() - start)
+    return {name: tokens / elapsed for name, (_, _, elapsed) in runners.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "base"], choices=sorted(VOCAB))
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per row")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, ~{args.max_tokens} target "
+          f"tokens/batch, {args.steps} steps per row; target tokens/s (higher is better)\n")
+    print("| preset | vocab | precision | transduce | torch.nn.Transformer | ratio |")
+    print("|---|---|---|---|---|---|")
+    for preset in args.presets:
+        for bf16 in (False, True):
+            r = measure(preset, bf16, args.steps, args.max_tokens)
+            ours, ref = r["transduce"], r["torch.nn.Transformer"]
+            print(f"| {preset} | {VOCAB[preset]} | {'bf16 autocast' if bf16 else 'fp32'} | "
+                  f"{ours:,.0f} | {ref:,.0f} | {ours / ref:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

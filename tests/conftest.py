@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+from transduce import ModelConfig, Transformer
+
+PAD = 1
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def small_config(**overrides) -> ModelConfig:
+    """A model small enough for fast tests, with every dimension different to catch mix-ups."""
+    fields = dict(src_vocab_size=50, tgt_vocab_size=50, d_model=32, n_heads=4, d_ff=48,
+                  n_encoder_layers=2, n_decoder_layers=3, max_positions=64)
+    return ModelConfig.preset("tiny", **{**fields, **overrides})
+
+
+def small_model(**overrides) -> Transformer:
+    return Transformer(small_config(**overrides)).eval()
+
+
+def random_tokens(batch: int, length: int, vocab: int = 50) -> torch.Tensor:
+    """Ids of real tokens only (no specials)."""
+    return torch.randint(4, vocab, (batch, length))

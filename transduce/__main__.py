@@ -1,0 +1,5 @@
+import sys
+
+from transduce.cli import main
+
+sys.exit(main())

@@ -1,0 +1,116 @@
+"""Scaled dot-product attention (section 3.2.1) and multi-head attention (section 3.2.2)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transduce.model.cache import KVCache
+from transduce.model.masks import causal_mask
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+              causal: bool = False, dropout: float = 0.0) -> Tensor:
+    """softmax(Q K^T / sqrt(Dh)) V on PyTorch's fused kernel.
+
+    q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); mask broadcastable to (B, H, T_q, T_k), True =
+    may attend; `causal` adds the causal mask (queries and keys aligned at the end).
+    Returns (B, H, T_q, Dh); a query that may attend to nothing gets zeros.
+    """
+    causal = causal and q.shape[2] > 1  # a single newest query may see every key
+    if causal and q.shape[2] == k.shape[2] and mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+    mask = _with_causal(mask, q, k) if causal else mask
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+                           causal: bool = False, dropout: float = 0.0) -> tuple[Tensor, Tensor]:
+    """The same as `attention`, written out, also returning the weights (B, H, T_q, T_k).
+
+    The weights are those before attention dropout; a fully masked row of weights is all zeros.
+    """
+    mask = _with_causal(mask, q, k) if causal else mask
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if mask is not None:  # rows with no key to attend to are NaN after softmax(-inf, ..., -inf)
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+
+
+def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
+    causal = causal_mask(q.shape[2], k.shape[2], device=q.device)
+    return causal if mask is None else mask & causal
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads of attention over learned projections; self-attention or cross-attention.
+
+    Self-attention projects Q, K and V from the same input with one packed matrix; cross-
+    attention projects Q from the decoder and K, V from the encoder output (`memory`). The packed
+    `in_proj` rows are [W_Q; W_K; W_V], the layout of `torch.nn.MultiheadAttention`.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for projection in self.in_proj.weight.chunk(3):  # Xavier per matrix, not per packed block
+            nn.init.xavier_uniform_(projection)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.in_proj.bias)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
+                causal: bool = False, cache: KVCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attend from x (B, T, D) to itself, or to `memory` (B, S, D) when given.
+
+        mask: broadcastable to (B, H, T, T_k), True = may attend. causal: queries attend only to
+        keys up to their own position. cache: self-attention appends this call's keys and values
+        to it and attends to all of them; cross-attention fills it once and then reuses it.
+        Returns the output (B, T, D) and, with need_weights, the weights (B, H, T, T_k).
+        """
+        # 1) project to queries, keys and values, split into heads: (B, H, T, Dh)
+        if memory is None:
+            q, k, v = self._heads(F.linear(x, self.in_proj.weight, self.in_proj.bias), 3)
+            if cache is not None:
+                k, v = cache.append(k, v)
+        else:
+            d = x.shape[-1]
+            w, b = self.in_proj.weight, self.in_proj.bias
+            (q,) = self._heads(F.linear(x, w[:d], b[:d]), 1)
+            if cache is not None and len(cache):
+                k, v = cache.keys, cache.values
+            else:
+                k, v = self._heads(F.linear(memory, w[d:], b[d:]), 2)
+                if cache is not None:
+                    cache.append(k, v)
+        # 2) attend, each head on its own
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, causal=causal, dropout=dropout)
+        else:
+            out, weights = attention(q, k, v, mask, causal=causal, dropout=dropout), None
+        # 3) concatenate the heads and project back
+        batch, _, length, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, length, -1)  # (B, T, D)
+        return self.out_proj(out), weights
+
+    def _heads(self, packed: Tensor, n: int) -> tuple[Tensor, ...]:
+        """(B, T, n*D) -> n tensors (B, H, T, Dh)."""
+        batch, length, _ = packed.shape
+        packed = packed.view(batch, length, n, self.n_heads, -1)
+        return packed.permute(2, 0, 3, 1, 4).unbind(0)

@@ -1,0 +1,90 @@
+"""Key/value caches for incremental decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+
+class KVCache:
+    """Keys and values of one attention layer, (B, H, length, Dh), grown in place.
+
+    Decoder self-attention appends one step at a time; cross-attention stores the projected
+    encoder output once. Storage grows by doubling so that appending is amortised O(1) copies.
+    """
+
+    def __init__(self) -> None:
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, t, Dh) keys and values; return all of them, (B, H, length + t, Dh)."""
+        end = self.length + k.shape[2]
+        if self._k is None or end > self._k.shape[2]:
+            self._grow(k, capacity=max(end, 2 * self.length, 16))
+        self._k[:, :, self.length:end] = k
+        self._v[:, :, self.length:end] = v
+        self.length = end
+        return self.keys, self.values
+
+    @property
+    def keys(self) -> Tensor:
+        return self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor:
+        return self._v[:, :, : self.length]
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows `index` (1-D, may repeat): reorders beams and drops finished rows."""
+        if self._k is None:
+            return
+        k, v = self._k.index_select(0, index), self._v.index_select(0, index)
+        self._k, self._v = k, v
+
+    def _grow(self, like: Tensor, capacity: int) -> None:
+        batch, heads, _, head_dim = like.shape
+        k = like.new_empty(batch, heads, capacity, head_dim)
+        v = like.new_empty(batch, heads, capacity, head_dim)
+        if self._k is not None:
+            k[:, :, : self.length] = self.keys
+            v[:, :, : self.length] = self.values
+        self._k, self._v = k, v
+
+
+@dataclass
+class LayerCache:
+    """The caches of one decoder layer."""
+
+    self_attention: KVCache = field(default_factory=KVCache)
+    cross_attention: KVCache = field(default_factory=KVCache)
+
+
+@dataclass
+class DecoderCache:
+    """Everything a decoder keeps between steps: per-layer caches and the next position."""
+
+    layers: list[LayerCache]
+
+    @classmethod
+    def empty(cls, n_layers: int) -> DecoderCache:
+        return cls([LayerCache() for _ in range(n_layers)])
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far (the position of the next token)."""
+        return len(self.layers[0].self_attention) if self.layers else 0
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows `index` in every layer (beam reordering, finished sentences)."""
+        for layer in self.layers:
+            layer.self_attention.select(index)
+            layer.cross_attention.select(index)
+
+
+__all__ = ["KVCache", "LayerCache", "DecoderCache"]

@@ -1,0 +1,94 @@
+"""Hyper-parameters of the Transformer, with the presets of the paper and of common recipes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+ACTIVATIONS = ("relu", "gelu")
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything that fixes the shape and the behaviour of a `Transformer`."""
+
+    src_vocab_size: int  # V of the source side (the shared vocabulary's size when shared)
+    tgt_vocab_size: int  # V of the target side
+    d_model: int = 512  # D: width of every residual stream, embedding and attention output
+    n_heads: int = 8  # H: attention heads; each has Dh = D / H dimensions
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # residual dropout: on embeddings and on every sub-layer's output
+    attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
+    activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
+    activation: str = "relu"  # "relu" (paper) or "gelu"
+    max_positions: int = 1024  # longest sequence, in tokens, either side accepts
+    positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" position embeddings
+    norm_first: bool = False  # False: the paper's post-norm; True: pre-norm with a final LayerNorm
+    share_embeddings: bool = True  # one embedding matrix for source and target (shared vocabulary)
+    tie_output: bool = True  # output projection = target embedding matrix (paper section 3.4)
+    layer_norm_eps: float = 1e-5
+    pad_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    unk_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+                     "n_encoder_layers", "n_decoder_layers", "max_positions"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
+                             f"model.n_heads ({self.n_heads})")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.positional not in POSITIONAL_ENCODINGS:
+            raise ValueError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
+                             f"got {self.positional!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"model.share_embeddings needs one vocabulary, but src_vocab_size="
+                f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; "
+                "set model.share_embeddings=false for separate vocabularies")
+        specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id,
+                    "unk_id": self.unk_id}
+        for name, value in specials.items():
+            if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
+                raise ValueError(f"model.{name}={value} is outside the vocabulary")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> ModelConfig:
+        """A named configuration, with any field overridden; vocabulary sizes are required.
+
+        `base` and `big` are Table 3 of the paper, `iwslt` is fairseq's transformer_iwslt_de_en,
+        `tiny` is the 4-layer model of Wu et al. (2021) that holds the text-only Multi30k record.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(f"unknown model field(s) {unknown}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+PRESETS: dict[str, dict] = {
+    "base": dict(d_model=512, d_ff=2048, n_heads=8, n_encoder_layers=6, n_decoder_layers=6,
+                 dropout=0.1),
+    "big": dict(d_model=1024, d_ff=4096, n_heads=16, n_encoder_layers=6, n_decoder_layers=6,
+                dropout=0.3),
+    "iwslt": dict(d_model=512, d_ff=1024, n_heads=4, n_encoder_layers=6, n_decoder_layers=6,
+                  dropout=0.3),
+    "tiny": dict(d_model=128, d_ff=256, n_heads=4, n_encoder_layers=4, n_decoder_layers=4,
+                 dropout=0.3),
+}

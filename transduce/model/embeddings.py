@@ -1,0 +1,75 @@
+"""Token embeddings scaled by sqrt(d_model) plus position encodings (sections 3.4 and 3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_encoding(n_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)): (P, D)."""
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    frequency = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    angle = position * frequency  # (P, ceil(D/2))
+    encoding = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    encoding[:, 0::2] = torch.sin(angle)
+    encoding[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return encoding.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """The paper's fixed encoding; not a parameter, recomputed rather than stored."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.register_buffer("table", sinusoidal_encoding(max_positions, d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Encodings of positions offset .. offset+length-1: (length, D)."""
+        _check_length(offset + length, self.table.shape[0])
+        return self.table[offset : offset + length]
+
+
+class LearnedPositions(nn.Module):
+    """One learned vector per position (the paper's alternative, Table 3 row E)."""
+
+    def __init__(self, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.empty(max_positions, d_model))
+        nn.init.normal_(self.table, std=d_model**-0.5)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        _check_length(offset + length, self.table.shape[0])
+        return self.table[offset : offset + length]
+
+
+def _check_length(length: int, max_positions: int) -> None:
+    if length > max_positions:
+        raise ValueError(f"sequence of {length} tokens exceeds model.max_positions={max_positions}")
+
+
+class TransformerEmbedding(nn.Module):
+    """dropout(sqrt(D) * E[token] + PE[position]); E may be shared with other modules."""
+
+    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.positions = positions
+        self.scale = math.sqrt(tokens.embedding_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+        """ids (B, T) -> (B, T, D); the first id is at position `offset` (incremental decoding)."""
+        x = self.tokens(ids) * self.scale + self.positions(ids.shape[1], offset)
+        return self.dropout(x)
+
+
+def token_embedding(vocab_size: int, d_model: int, pad_id: int) -> nn.Embedding:
+    """An embedding matrix drawn from N(0, D^-1/2), the pad row zero and never trained."""
+    embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+    nn.init.normal_(embedding.weight, std=d_model**-0.5)
+    with torch.no_grad():
+        embedding.weight[pad_id].zero_()
+    return embedding
