@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 
 import torch
@@ -97,7 +98,13 @@ def train_step(model, optimizer, batch, bf16: bool) -> None:
     optimizer.step()
 
 
-def measure(preset: str, bf16: bool, steps: int, max_tokens: int) -> dict[str, float]:
+def measure(preset: str, bf16: bool, steps: int, rounds: int,
+            max_tokens: int) -> dict[str, float]:
+    """Target tokens/s of each model: the median over `rounds` passes over the same batches.
+
+    The passes alternate between the models (which goes first alternates too), so that both
+    see the same machine load; within a pass one model runs alone, as it would in training.
+    """
     vocab = VOCAB[preset]
     config = ModelConfig.preset(preset, src_vocab_size=vocab, tgt_vocab_size=vocab)
     batches = make_batches(vocab, max_tokens, n_batches=steps)
@@ -108,30 +115,35 @@ def measure(preset: str, bf16: bool, steps: int, max_tokens: int) -> dict[str, f
         model = build(config).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         train_step(model, optimizer, batches[0], bf16)  # warm-up: allocator, kernels
-        runners[name] = (model, optimizer, 0.0)
-    for batch in batches:  # interleaved, so both see the same machine load
-        for name, (model, optimizer, elapsed) in runners.items():
+        runners[name] = (model, optimizer)
+    speeds: dict[str, list[float]] = {name: [] for name in runners}
+    for r in range(rounds):
+        for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
+            model, optimizer = runners[name]
             start = time.perf_counter()
-            train_step(model, optimizer, batch, bf16)
-            runners[name] = (model, optimizer, elapsed + time.perf_counter() - start)
-    return {name: tokens / elapsed for name, (_, _, elapsed) in runners.items()}
+            for batch in batches:
+                train_step(model, optimizer, batch, bf16)
+            speeds[name].append(tokens / (time.perf_counter() - start))
+    return {name: statistics.median(values) for name, values in speeds.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "base"], choices=sorted(VOCAB))
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per row")
+    parser.add_argument("--steps", type=int, default=6, help="batches per timed pass")
+    parser.add_argument("--rounds", type=int, default=3, help="timed passes per model")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, ~{args.max_tokens} target "
-          f"tokens/batch, {args.steps} steps per row; target tokens/s (higher is better)\n")
+          f"tokens/batch, median of {args.rounds} passes over {args.steps} batches; "
+          "target tokens/s (higher is better)\n")
     print("| preset | vocab | precision | transduce | torch.nn.Transformer | ratio |")
     print("|---|---|---|---|---|---|")
     for preset in args.presets:
         for bf16 in (False, True):
-            r = measure(preset, bf16, args.steps, args.max_tokens)
+            r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens)
             ours, ref = r["transduce"], r["torch.nn.Transformer"]
             print(f"| {preset} | {VOCAB[preset]} | {'bf16 autocast' if bf16 else 'fp32'} | "
                   f"{ours:,.0f} | {ref:,.0f} | {ours / ref:.2f}x |", flush=True)

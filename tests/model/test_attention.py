@@ -115,3 +115,15 @@ def test_cross_attention_cache_projects_memory_once():
     again, _ = mha(x, torch.full_like(memory, float("nan")), cache=cache)  # memory not re-read
     torch.testing.assert_close(again, first)
     assert len(cache) == 7
+
+
+def test_training_under_bf16_autocast_attends_in_fp32():
+    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in _qkv())
+    mask = _key_mask()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attention(q, k, v, mask)
+    assert out.dtype == torch.bfloat16
+    expected = attention(q.detach().float(), k.detach().float(), v.detach().float(), mask)
+    torch.testing.assert_close(out, expected.to(torch.bfloat16))
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and q.grad.isfinite().all()

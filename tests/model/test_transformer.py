@@ -26,12 +26,12 @@ def reference_transformer(model: Transformer) -> nn.Transformer:
                          dropout=0.0, batch_first=True, norm_first=c.norm_first,
                          layer_norm_eps=c.layer_norm_eps)
     with torch.no_grad():
-        for ours, theirs in zip(model.encoder.layers, ref.encoder.layers):
+        for ours, theirs in zip(model.encoder.layers, ref.encoder.layers, strict=True):
             _copy_attention(ours.self_attn, theirs.self_attn)
             _copy_ffn(ours, theirs)
             theirs.norm1.load_state_dict(ours.attn_block.norm.state_dict())
             theirs.norm2.load_state_dict(ours.ffn_block.norm.state_dict())
-        for ours, theirs in zip(model.decoder.layers, ref.decoder.layers):
+        for ours, theirs in zip(model.decoder.layers, ref.decoder.layers, strict=True):
             _copy_attention(ours.self_attn, theirs.self_attn)
             _copy_attention(ours.cross_attn, theirs.multihead_attn)
             _copy_ffn(ours, theirs)
@@ -54,7 +54,7 @@ def _padded_batch(lengths, max_length):
     return tokens
 
 
-@pytest.mark.filterwarnings("ignore:.*nested tensor")
+@pytest.mark.filterwarnings("ignore:.*nested")
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_equals_torch_nn_transformer_with_the_same_weights(norm_first):
     model = small_model(norm_first=norm_first)
@@ -173,3 +173,14 @@ def test_too_long_input_is_a_clear_error():
     model = small_model()
     with pytest.raises(ValueError, match="max_positions=64"):
         model.encode(random_tokens(1, 65))
+
+
+def test_bf16_autocast_gives_close_logits_and_finite_gradients():
+    model = small_model(dropout=0.0).train()  # train mode, no dropout noise between the two
+    src, tgt = _padded_batch([7, 5], 7), random_tokens(2, 6)
+    expected = model(src, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(src, tgt)
+    torch.testing.assert_close(logits.float(), expected, atol=0.1, rtol=0.05)
+    logits.float().sum().backward()
+    assert all(p.grad.isfinite().all() for p in model.parameters())

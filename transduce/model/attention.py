@@ -20,11 +20,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
     may attend; `causal` adds the causal mask (queries and keys aligned at the end).
     Returns (B, H, T_q, Dh); a query that may attend to nothing gets zeros.
     """
+    if _slow_backward_on_cpu(q):
+        with torch.autocast("cpu", enabled=False):
+            out = attention(q.float(), k.float(), v.float(), mask, causal=causal, dropout=dropout)
+        return out.to(q.dtype)
     causal = causal and q.shape[2] > 1  # a single newest query may see every key
     if causal and q.shape[2] == k.shape[2] and mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
     mask = _with_causal(mask, q, k) if causal else mask
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+def _slow_backward_on_cpu(q: Tensor) -> bool:
+    """PyTorch's CPU kernel runs its backward pass 2-3.5x slower in bf16/fp16 than in fp32
+    (benchmarks/train_step.py profile, 2 cores), so training under autocast attends in fp32."""
+    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+            and q.requires_grad and torch.is_grad_enabled())
 
 
 def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,

@@ -47,7 +47,8 @@ class ModelConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"model.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+            raise ValueError(f"model.activation must be one of {ACTIVATIONS}, "
+                             f"got {self.activation!r}")
         if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
                              f"got {self.positional!r}")

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transduce.model.dropout import Dropout
+
 
 def sinusoidal_encoding(n_positions: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)): (P, D)."""
@@ -58,7 +60,7 @@ class TransformerEmbedding(nn.Module):
         self.tokens = tokens
         self.positions = positions
         self.scale = math.sqrt(tokens.embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """ids (B, T) -> (B, T, D); the first id is at position `offset` (incremental decoding)."""

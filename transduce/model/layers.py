@@ -1,4 +1,4 @@
-"""Encoder and decoder layers: sub-layers wrapped in residual + dropout + LayerNorm (section 3.1)."""
+"""Encoder and decoder layers: sub-layers in residual + dropout + LayerNorm (section 3.1)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce.model.attention import MultiHeadAttention
+from transduce.model.dropout import Dropout
 from transduce.model.cache import LayerCache
 from transduce.model.config import ModelConfig
 
@@ -21,7 +22,7 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
         self.activation = F.gelu if activation == "gelu" else F.relu
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         for linear in (self.w1, self.w2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -36,7 +37,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
