@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -25,3 +28,12 @@ def small_model(**overrides) -> Transformer:
 def random_tokens(batch: int, length: int, vocab: int = 50) -> torch.Tensor:
     """Ids of real tokens only (no specials)."""
     return torch.randint(4, vocab, (batch, length))
+
+
+SHARED_DATA = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
+                                  Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+MULTI30K = SHARED_DATA / "multi30k"
+
+needs_multi30k = pytest.mark.skipif(
+    not (MULTI30K / "train.en").is_file(),
+    reason=f"Multi30k not found at {MULTI30K} (set TRANSDUCE_SHARED_DATA to the shared corpora)")

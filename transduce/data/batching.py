@@ -1,0 +1,126 @@
+"""Batches by number of tokens, with pairs of similar length together so that padding is small.
+
+Each epoch shuffles the pairs with a generator seeded by (seed, epoch), sorts them by length
+(ties keep the shuffled order), cuts the sorted run into batches of at most `max_tokens` padded
+tokens, and shuffles the batches. Same seed and epoch: the same batches; another epoch: another
+order; every pair exactly once per epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from transduce.data.binarize import TokenizedCorpus
+from transduce.data.tokenizer import BOS, EOS, PAD
+from transduce.errors import DataError
+
+
+@dataclass
+class Batch:
+    """One batch of training pairs, right-padded with <pad>.
+
+    src (B, S): source ids ending with <eos>; tgt_in (B, T): decoder input, <bos> first;
+    tgt_out (B, T): what the decoder must predict, ending with <eos>; src_lengths and
+    tgt_lengths (B,): real lengths of src and tgt_out; ids (B,): indices into the corpus.
+    """
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    src_lengths: Tensor
+    tgt_lengths: Tensor
+    ids: Tensor
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int(self.tgt_lengths.sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        non_blocking = torch.device(device).type == "cuda"
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in
+                       (self.src, self.tgt_in, self.tgt_out, self.src_lengths, self.tgt_lengths,
+                        self.ids)))
+
+
+def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
+    """The pairs `ids` of `corpus` as padded tensors."""
+    src_len = corpus.src_lengths[ids] + 1  # + <eos>
+    tgt_len = corpus.tgt_lengths[ids] + 1  # + <bos> on input, + <eos> on output
+    src = np.full((len(ids), src_len.max()), PAD, dtype=np.int64)
+    tgt = np.full((len(ids), tgt_len.max() + 1), PAD, dtype=np.int64)
+    for row, i in enumerate(ids.tolist()):
+        s, t = corpus.src(i), corpus.tgt(i)
+        src[row, : len(s)] = s
+        src[row, len(s)] = EOS
+        tgt[row, 0] = BOS
+        tgt[row, 1 : len(t) + 1] = t
+        tgt[row, len(t) + 1] = EOS
+    tgt_in = tgt[:, :-1].copy()
+    tgt_in[tgt_in == EOS] = PAD  # the decoder never reads <eos>
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in),
+                 torch.from_numpy(tgt[:, 1:].copy()), torch.from_numpy(src_len.astype(np.int64)),
+                 torch.from_numpy(tgt_len.astype(np.int64)), torch.from_numpy(ids.astype(np.int64)))
+
+
+class TokenBatches:
+    """The batches of a corpus for any epoch, as arrays of corpus indices.
+
+    A batch's cost is its padded size: B x max(S, T), with S and T counting <eos> / <bos>.
+    """
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, *,
+                 seed: int = 1, shuffle: bool = True) -> None:
+        self.src_sizes = np.asarray(src_lengths, dtype=np.int64) + 1
+        self.tgt_sizes = np.asarray(tgt_lengths, dtype=np.int64) + 1
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        longest = int(np.maximum(self.src_sizes, self.tgt_sizes).max(initial=0))
+        if longest > max_tokens:
+            raise DataError(f"data.max_tokens={max_tokens} is smaller than the longest pair "
+                            f"({longest} tokens); raise it or lower data.max_length")
+
+    @classmethod
+    def of(cls, corpus: TokenizedCorpus, max_tokens: int, **kwargs) -> TokenBatches:
+        return cls(corpus.src_lengths, corpus.tgt_lengths, max_tokens, **kwargs)
+
+    def epoch(self, epoch: int = 0) -> list[np.ndarray]:
+        n = len(self.src_sizes)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(n)
+        else:
+            rng, order = None, np.arange(n)
+        # by target length, then source length; np.lexsort is stable, so ties stay shuffled
+        order = order[np.lexsort((self.src_sizes[order], self.tgt_sizes[order]))]
+        batches = self._cut(order)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _cut(self, order: np.ndarray) -> list[np.ndarray]:
+        sizes = np.maximum(self.src_sizes, self.tgt_sizes)[order].tolist()
+        bounds, start, longest = [0], 0, 0
+        for i, size in enumerate(sizes):
+            longest = max(longest, size)
+            if (i - start + 1) * longest > self.max_tokens:
+                bounds.append(i)
+                start, longest = i, size
+        bounds.append(len(sizes))
+        return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+    def padding_fraction(self, epoch: int = 0) -> float:
+        """Share of padding among all token slots (source and target) of an epoch's batches."""
+        real = padded = 0
+        for ids in self.epoch(epoch):
+            s, t = self.src_sizes[ids], self.tgt_sizes[ids]
+            real += int(s.sum() + t.sum())
+            padded += len(ids) * int(s.max() + t.max())
+        return 1 - real / padded if padded else 0.0

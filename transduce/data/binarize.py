@@ -1,0 +1,185 @@
+"""Tokenize a corpus once into a compact binary cache, reused until the data or tokenizer change.
+
+A cache directory holds the token ids of each side back to back (`src.bin`, `tgt.bin`, uint16
+when the vocabulary fits, else uint32), the length of every pair (`src.len`, `tgt.len`), the
+number of each kept pair in the original corpus (`pairs.idx`) and `meta.json` with the
+fingerprint it was built for. Building streams the corpus in chunks, so memory stays bounded
+whatever its size; it writes into a temporary directory renamed into place at the end, so an
+interrupted build leaves no half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from transduce.data.corpus import SkipCounts
+from transduce.data.tokenizer import Tokenizers
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CHUNK_PAIRS = 20_000
+
+
+@dataclass(frozen=True)
+class PairFilter:
+    """Which pairs to drop (each drop is counted). Lengths are in subword tokens."""
+
+    skip_empty: bool = True  # a pair with an empty (or all-space) side
+    max_length: int | None = 256  # either side longer than this
+    max_length_ratio: float | None = 3.0  # longer side over shorter side, in tokens
+
+    def reason(self, src: list[int], tgt: list[int]) -> str | None:
+        if self.max_length is not None and max(len(src), len(tgt)) > self.max_length:
+            return "too_long"
+        if (self.max_length_ratio is not None and src and tgt
+                and max(len(src), len(tgt)) > self.max_length_ratio * min(len(src), len(tgt))):
+            return "length_ratio"
+        return None
+
+
+KEEP_ALL = PairFilter(skip_empty=False, max_length=None, max_length_ratio=None)
+
+
+def fingerprint(corpus, tokenizers: Tokenizers, pair_filter: PairFilter) -> str:
+    """Changes whenever the corpus (its description, files' size or time), the tokenizers or
+    the filter change."""
+    parts = [f"v{FORMAT_VERSION}", repr(corpus), tokenizers.fingerprint, repr(pair_filter)]
+    for path in corpus.files:
+        stat = Path(path).stat()
+        parts.append(f"{Path(path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+class TokenizedCorpus:
+    """A binarized corpus, memory-mapped: token ids of pair i via `src(i)` and `tgt(i)`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.meta = json.loads((self.directory / "meta.json").read_text())
+        dtype = np.dtype(self.meta["dtype"])
+        self.src_lengths = np.fromfile(self.directory / "src.len", dtype=np.int32)
+        self.tgt_lengths = np.fromfile(self.directory / "tgt.len", dtype=np.int32)
+        self.pair_ids = np.fromfile(self.directory / "pairs.idx", dtype=np.int64)
+        self._src = _memmap(self.directory / "src.bin", dtype)
+        self._tgt = _memmap(self.directory / "tgt.bin", dtype)
+        self._src_start = np.concatenate([[0], np.cumsum(self.src_lengths, dtype=np.int64)])
+        self._tgt_start = np.concatenate([[0], np.cumsum(self.tgt_lengths, dtype=np.int64)])
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def src(self, i: int) -> np.ndarray:
+        return self._src[self._src_start[i] : self._src_start[i + 1]]
+
+    def tgt(self, i: int) -> np.ndarray:
+        return self._tgt[self._tgt_start[i] : self._tgt_start[i + 1]]
+
+    @property
+    def skips(self) -> SkipCounts:
+        return SkipCounts(**self.meta["skips"])
+
+
+def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
+    if path.stat().st_size == 0:  # np.memmap refuses empty files
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
+             pair_filter: PairFilter = PairFilter(), name: str = "corpus") -> TokenizedCorpus:
+    """The binarized corpus in `directory`: reused if built for the same fingerprint, else built.
+
+    `corpus` is anything with `pairs()` (an iterator of (source, target) strings), `files` (the
+    paths it reads, for the fingerprint) and a `repr` describing it.
+    """
+    directory = Path(directory)
+    key = fingerprint(corpus, tokenizers, pair_filter)
+    meta_path = directory / "meta.json"
+    if meta_path.is_file() and json.loads(meta_path.read_text()).get("fingerprint") == key:
+        cached = TokenizedCorpus(directory)
+        log.info("%s: using the binarized cache in %s", cached.skips.report(name), directory)
+        return cached
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is not
+    try:
+        _build(corpus, tokenizers, pair_filter, tmp, key, name)
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    built = TokenizedCorpus(directory)
+    log.info("%s (binarized in %.1f s)", built.skips.report(name), built.meta["seconds"])
+    return built
+
+
+def _build(corpus, tokenizers: Tokenizers, pair_filter: PairFilter, out: Path, key: str,
+           name: str) -> None:
+    start = time.perf_counter()
+    vocab = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max + 1 else np.uint32
+    skips = SkipCounts()
+    files = {n: open(out / n, "wb") for n in ("src.bin", "tgt.bin", "src.len", "tgt.len",
+                                                "pairs.idx")}
+    try:
+        for first, chunk in _chunks(corpus.pairs(), CHUNK_PAIRS):
+            numbers = range(first, first + len(chunk))
+            if pair_filter.skip_empty:
+                empty = [n for n, (s, t) in zip(numbers, chunk, strict=True)
+                         if not s.strip() or not t.strip()]
+                for n in empty:
+                    skips.count("empty", n + 1)
+                gone = set(empty)
+                numbers = [n for n in numbers if n not in gone]
+                chunk = [chunk[n - first] for n in numbers]
+            srcs = tokenizers.src.encode_batch([s for s, _ in chunk])
+            tgts = tokenizers.tgt.encode_batch([t for _, t in chunk])
+            kept = []
+            for n, s, t in zip(numbers, srcs, tgts, strict=True):
+                reason = pair_filter.reason(s, t)
+                if reason is None:
+                    kept.append((n, s, t))
+                else:
+                    skips.count(reason, n + 1)
+            skips.kept += len(kept)
+            _write(files, kept, dtype)
+    finally:
+        for f in files.values():
+            f.close()
+    meta = {"fingerprint": key, "format": FORMAT_VERSION, "corpus": str(corpus),
+            "dtype": np.dtype(dtype).name, "pairs": skips.kept, "skips": skips.to_dict(),
+            "seconds": round(time.perf_counter() - start, 3)}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[tuple[int, list]]:
+    first = 0
+    while chunk := list(islice(pairs, size)):
+        yield first, chunk
+        first += len(chunk)
+
+
+def _write(files: dict, kept: list[tuple[int, list[int], list[int]]], dtype) -> None:
+    if not kept:
+        return
+    numbers, srcs, tgts = zip(*kept, strict=True)
+    for side, seqs in (("src", srcs), ("tgt", tgts)):
+        lengths = np.fromiter(map(len, seqs), dtype=np.int32, count=len(seqs))
+        tokens = np.fromiter((i for seq in seqs for i in seq), dtype=dtype, count=lengths.sum())
+        files[f"{side}.bin"].write(tokens.tobytes())
+        files[f"{side}.len"].write(lengths.tobytes())
+    files["pairs.idx"].write(np.asarray(numbers, dtype=np.int64).tobytes())

@@ -1,0 +1,221 @@
+"""Tokenizers: SentencePiece subwords (the paper's shared BPE vocabulary) or whole words.
+
+Every tokenizer uses the special ids <unk>=0, <pad>=1, <bos>=2, <eos>=3 and maps text to ids
+without them; batching adds <bos>/<eos>. A `Tokenizers` pair (source, target: the same object when
+the vocabulary is shared) is saved into a model directory so that it is self-contained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from transduce.errors import DataError
+
+UNK, PAD, BOS, EOS = 0, 1, 2, 3
+SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")
+_THREADS = 2
+
+
+class SentencePieceTokenizer:
+    """SentencePiece BPE or unigram, lossless: detokenize(tokenize(text)) == text.
+
+    Identity normalisation keeps the text as written (spaces included) and byte fallback spells
+    a character outside the vocabulary as its UTF-8 bytes, so nothing becomes <unk>.
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.model_proto = model_proto
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, vocab_size: int, model_type: str = "bpe",
+              character_coverage: float = 0.9995, max_sentences: int = 2_000_000,
+              seed: int = 1) -> SentencePieceTokenizer:
+        """Learn a vocabulary from `texts` (a sample of `max_sentences` when there are more)."""
+        if model_type not in ("bpe", "unigram"):
+            raise DataError(f"data.tokenizer: SentencePiece model type must be 'bpe' or "
+                            f"'unigram', got {model_type!r}")
+        spm.set_random_generator_seed(seed)
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(t for t in texts if t), model_writer=model,
+                vocab_size=vocab_size, model_type=model_type,
+                character_coverage=character_coverage, byte_fallback=True,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                unk_id=UNK, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                unk_piece=SPECIALS[UNK], pad_piece=SPECIALS[PAD], bos_piece=SPECIALS[BOS],
+                eos_piece=SPECIALS[EOS], input_sentence_size=max_sentences,
+                shuffle_input_sentence=True, num_threads=_THREADS, minloglevel=2)
+        except RuntimeError as error:  # e.g. a vocabulary larger than the text supports
+            raise DataError(f"data.vocab_size={vocab_size}: SentencePiece could not train: "
+                            f"{str(error).splitlines()[-1]}") from None
+        return cls(model.getvalue())
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self._sp.encode(texts, num_threads=_THREADS)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._sp.decode([i for i in ids if i >= len(SPECIALS) or i == UNK])
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_proto).hexdigest()
+
+    def save(self, path: Path) -> None:
+        Path(path).write_bytes(self.model_proto)
+
+    @classmethod
+    def load(cls, path: Path) -> SentencePieceTokenizer:
+        return cls(Path(path).read_bytes())
+
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+_NO_SPACE_BEFORE = re.compile(r" ([.,!?;:%)\]}'»])")
+_NO_SPACE_AFTER = re.compile(r"([(\[{«]) ")
+
+
+class WordTokenizer:
+    """Words and punctuation marks, with a vocabulary of those seen at least `min_freq` times.
+
+    The simple alternative to subwords: rare words become <unk>, and detokenization only
+    approximates the original spacing.
+    """
+
+    kind = "word"
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = list(words)
+        self._ids = {w: i for i, w in enumerate(self.words)}
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, min_freq: int = 1,
+              vocab_size: int | None = None) -> WordTokenizer:
+        counts = Counter(w for text in texts for w in _WORD.findall(text))
+        ranked = sorted((w for w, c in counts.items() if c >= min_freq),
+                        key=lambda w: (-counts[w], w))
+        if vocab_size is not None:
+            ranked = ranked[: max(vocab_size - len(SPECIALS), 0)]
+        return cls([*SPECIALS, *ranked])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.words)
+
+    def encode(self, text: str) -> list[int]:
+        return [self._ids.get(w, UNK) for w in _WORD.findall(text)]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        text = " ".join(self.words[i] for i in ids if i >= len(SPECIALS) or i == UNK)
+        return _NO_SPACE_AFTER.sub(r"\1", _NO_SPACE_BEFORE.sub(r"\1", text))
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self.words[int(i)] for i in ids]
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256("\n".join(self.words).encode()).hexdigest()
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text("\n".join(self.words) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> WordTokenizer:
+        return cls(Path(path).read_text(encoding="utf-8").splitlines())
+
+
+Tokenizer = SentencePieceTokenizer | WordTokenizer
+_KINDS = {"sentencepiece": (SentencePieceTokenizer, "model"), "word": (WordTokenizer, "vocab")}
+
+
+@dataclass(frozen=True)
+class Tokenizers:
+    """The source and target tokenizers of a model (one object when the vocabulary is shared)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def shared(self) -> bool:
+        return self.src is self.tgt
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.src.fingerprint}:{self.tgt.fingerprint}".encode()).hexdigest()
+
+    def save(self, directory: Path) -> None:
+        """Write tokenizer.json and the model files into `directory`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        manifest = {"kind": self.src.kind, "shared": self.shared}
+        sides = {"shared": self.src} if self.shared else {"src": self.src, "tgt": self.tgt}
+        for side, tokenizer in sides.items():
+            name = f"tokenizer.{side}.{_KINDS[tokenizer.kind][1]}"
+            tokenizer.save(directory / name)
+            manifest[side] = name
+        (directory / "tokenizer.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: Path) -> Tokenizers:
+        directory = Path(directory)
+        manifest_path = directory / "tokenizer.json"
+        if not manifest_path.is_file():
+            raise DataError(f"{manifest_path}: no tokenizer here (is {directory} a model "
+                            "directory?)")
+        manifest = json.loads(manifest_path.read_text())
+        kind, _ = _KINDS[manifest["kind"]]
+        if manifest["shared"]:
+            shared = kind.load(directory / manifest["shared"])
+            return cls(shared, shared)
+        return cls(kind.load(directory / manifest["src"]), kind.load(directory / manifest["tgt"]))
+
+    @classmethod
+    def train(cls, pairs: Callable[[], Iterator[tuple[str, str]]], *, kind: str = "bpe",
+              vocab_size: int = 8000, shared: bool = True, character_coverage: float = 0.9995,
+              min_freq: int = 1, max_sentences: int = 2_000_000, seed: int = 1) -> Tokenizers:
+        """Learn tokenizers from training pairs; `pairs` gives a fresh iterator on each call.
+
+        kind: "bpe" or "unigram" (SentencePiece) or "word". Shared: one vocabulary learnt from
+        source and target text together (the paper's shared BPE), else one per side.
+        """
+        def texts(side: int | None) -> Iterator[str]:
+            for pair in pairs():
+                yield from (pair if side is None else (pair[side],))
+
+        def learn(side: int | None) -> Tokenizer:
+            if kind == "word":
+                return WordTokenizer.train(texts(side), min_freq=min_freq)
+            return SentencePieceTokenizer.train(
+                texts(side), vocab_size=vocab_size, model_type=kind,
+                character_coverage=character_coverage, max_sentences=max_sentences, seed=seed)
+
+        if kind not in ("bpe", "unigram", "word"):
+            raise DataError(f"data.tokenizer must be 'bpe', 'unigram' or 'word', got {kind!r}")
+        if shared:
+            tokenizer = learn(None)
+            return cls(tokenizer, tokenizer)
+        return cls(learn(0), learn(1))
