@@ -3,7 +3,6 @@ import os
 import numpy as np
 import pytest
 
-from transduce.data import binarize as binarize_module
 from transduce.data.binarize import KEEP_ALL, PairFilter, TokenizedCorpus, binarize
 from transduce.data.corpus import ParallelFiles
 from transduce.data.numbers import NumberWords
@@ -24,11 +23,8 @@ def _files(tmp_path, src, tgt):
 
 def test_binarized_pairs_decode_to_the_original_text(tmp_path, numbers_tokenizers):
     corpus = NumberWords("valid", sizes=(2000, 300, 10))
-    binarize_module.CHUNK_PAIRS, chunk = 64, binarize_module.CHUNK_PAIRS  # several chunks
-    try:
-        data = binarize(corpus, numbers_tokenizers, tmp_path / "bin", pair_filter=KEEP_ALL)
-    finally:
-        binarize_module.CHUNK_PAIRS = chunk
+    data = binarize(corpus, numbers_tokenizers, tmp_path / "bin", pair_filter=KEEP_ALL,
+                    chunk_pairs=64)  # several chunks
     pairs = list(corpus.pairs())
     assert len(data) == len(pairs) == 300
     for i in range(len(data)):

@@ -99,7 +99,8 @@ def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
-             pair_filter: PairFilter = PairFilter(), name: str = "corpus") -> TokenizedCorpus:
+             pair_filter: PairFilter = PairFilter(), name: str = "corpus",
+             chunk_pairs: int = CHUNK_PAIRS) -> TokenizedCorpus:
     """The binarized corpus in `directory`: reused if built for the same fingerprint, else built.
 
     `corpus` is anything with `pairs()` (an iterator of (source, target) strings), `files` (the
@@ -116,7 +117,7 @@ def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is not
     try:
-        _build(corpus, tokenizers, pair_filter, tmp, key, name)
+        _build(corpus, tokenizers, pair_filter, tmp, key, chunk_pairs)
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)
@@ -128,7 +129,7 @@ def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
 
 
 def _build(corpus, tokenizers: Tokenizers, pair_filter: PairFilter, out: Path, key: str,
-           name: str) -> None:
+           chunk_pairs: int) -> None:
     start = time.perf_counter()
     vocab = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max + 1 else np.uint32
@@ -136,7 +137,7 @@ def _build(corpus, tokenizers: Tokenizers, pair_filter: PairFilter, out: Path, k
     files = {n: open(out / n, "wb") for n in ("src.bin", "tgt.bin", "src.len", "tgt.len",
                                                 "pairs.idx")}
     try:
-        for first, chunk in _chunks(corpus.pairs(), CHUNK_PAIRS):
+        for first, chunk in _chunks(corpus.pairs(), chunk_pairs):
             numbers = range(first, first + len(chunk))
             if pair_filter.skip_empty:
                 empty = [n for n, (s, t) in zip(numbers, chunk, strict=True)
