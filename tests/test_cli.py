@@ -15,3 +15,20 @@ def test_bad_value_is_one_line_without_traceback():
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "model.pad_id" in result.stderr
+
+
+def test_prepare_reports_vocabulary_pairs_and_padding(tmp_path, capsys):
+    assert main(["prepare", "--out", str(tmp_path), "--vocab-size", "400",
+                 "--numbers-train-size", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert "vocabulary 400 shared" in out and "train: 2,000 pairs" in out
+    assert "padding" in out and (tmp_path / "tokenizer.json").is_file()
+
+
+def test_prepare_with_a_missing_file_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "transduce", "prepare", "--out", str(tmp_path),
+                             "--train-src", "missing.en", "--train-tgt", "missing.de"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "transduce: error: missing.en: no such file"
+    assert "Traceback" not in result.stderr

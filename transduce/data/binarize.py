@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -41,13 +41,17 @@ class PairFilter:
     max_length: int | None = 256  # either side longer than this
     max_length_ratio: float | None = 3.0  # longer side over shorter side, in tokens
 
-    def reason(self, src: list[int], tgt: list[int]) -> str | None:
-        if self.max_length is not None and max(len(src), len(tgt)) > self.max_length:
-            return "too_long"
-        if (self.max_length_ratio is not None and src and tgt
-                and max(len(src), len(tgt)) > self.max_length_ratio * min(len(src), len(tgt))):
-            return "length_ratio"
-        return None
+    def too_long(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
+        if self.max_length is None:
+            return np.zeros(len(src_lengths), dtype=bool)
+        return np.maximum(src_lengths, tgt_lengths) > self.max_length
+
+    def bad_ratio(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
+        if self.max_length_ratio is None:
+            return np.zeros(len(src_lengths), dtype=bool)
+        shorter = np.minimum(src_lengths, tgt_lengths)
+        return (shorter > 0) & (np.maximum(src_lengths, tgt_lengths) > self.max_length_ratio
+                                * shorter)
 
 
 KEEP_ALL = PairFilter(skip_empty=False, max_length=None, max_length_ratio=None)
@@ -70,13 +74,15 @@ class TokenizedCorpus:
         self.directory = Path(directory)
         self.meta = json.loads((self.directory / "meta.json").read_text())
         dtype = np.dtype(self.meta["dtype"])
-        self.src_lengths = np.fromfile(self.directory / "src.len", dtype=np.int32)
-        self.tgt_lengths = np.fromfile(self.directory / "tgt.len", dtype=np.int32)
-        self.pair_ids = np.fromfile(self.directory / "pairs.idx", dtype=np.int64)
+        # all memory-mapped: pages are read on use and the OS may drop them; only the offsets
+        # (16 bytes a pair) are computed into memory
+        self.src_lengths = _memmap(self.directory / "src.len", np.int32)
+        self.tgt_lengths = _memmap(self.directory / "tgt.len", np.int32)
+        self.pair_ids = _memmap(self.directory / "pairs.idx", np.int64)
         self._src = _memmap(self.directory / "src.bin", dtype)
         self._tgt = _memmap(self.directory / "tgt.bin", dtype)
-        self._src_start = np.concatenate([[0], np.cumsum(self.src_lengths, dtype=np.int64)])
-        self._tgt_start = np.concatenate([[0], np.cumsum(self.tgt_lengths, dtype=np.int64)])
+        self._src_start = _offsets(self.src_lengths)
+        self._tgt_start = _offsets(self.tgt_lengths)
 
     def __len__(self) -> int:
         return len(self.src_lengths)
@@ -90,6 +96,12 @@ class TokenizedCorpus:
     @property
     def skips(self) -> SkipCounts:
         return SkipCounts(**self.meta["skips"])
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
@@ -138,26 +150,30 @@ def _build(corpus, tokenizers: Tokenizers, pair_filter: PairFilter, out: Path, k
                                                 "pairs.idx")}
     try:
         for first, chunk in _chunks(corpus.pairs(), chunk_pairs):
-            numbers = range(first, first + len(chunk))
+            numbers = np.arange(first, first + len(chunk))
             if pair_filter.skip_empty:
-                empty = [n for n, (s, t) in zip(numbers, chunk, strict=True)
-                         if not s.strip() or not t.strip()]
-                for n in empty:
-                    skips.count("empty", n + 1)
-                gone = set(empty)
-                numbers = [n for n in numbers if n not in gone]
-                chunk = [chunk[n - first] for n in numbers]
+                empty = np.fromiter((not s.strip() or not t.strip() for s, t in chunk),
+                                    dtype=bool, count=len(chunk))
+                skips.count("empty", (numbers[empty] + 1).tolist())
+                chunk = [pair for pair, e in zip(chunk, empty.tolist(), strict=True) if not e]
+                numbers = numbers[~empty]
             srcs = tokenizers.src.encode_batch([s for s, _ in chunk])
             tgts = tokenizers.tgt.encode_batch([t for _, t in chunk])
-            kept = []
-            for n, s, t in zip(numbers, srcs, tgts, strict=True):
-                reason = pair_filter.reason(s, t)
-                if reason is None:
-                    kept.append((n, s, t))
-                else:
-                    skips.count(reason, n + 1)
-            skips.kept += len(kept)
-            _write(files, kept, dtype)
+            src_len = np.fromiter(map(len, srcs), dtype=np.int32, count=len(srcs))
+            tgt_len = np.fromiter(map(len, tgts), dtype=np.int32, count=len(tgts))
+            too_long = pair_filter.too_long(src_len, tgt_len)
+            bad_ratio = pair_filter.bad_ratio(src_len, tgt_len) & ~too_long
+            skips.count("too_long", (numbers[too_long] + 1).tolist())
+            skips.count("length_ratio", (numbers[bad_ratio] + 1).tolist())
+            keep = ~(too_long | bad_ratio)
+            if not keep.all():
+                kept = keep.tolist()
+                srcs = [x for x, k in zip(srcs, kept, strict=True) if k]
+                tgts = [x for x, k in zip(tgts, kept, strict=True) if k]
+            _write(files, numbers[keep], (srcs, src_len[keep]), (tgts, tgt_len[keep]), dtype)
+            skips.kept += int(keep.sum())
+            if (first + len(chunk)) // 1_000_000 > first // 1_000_000:
+                log.info("binarized %s pairs so far", f"{first + len(chunk):,}")
     finally:
         for f in files.values():
             f.close()
@@ -174,13 +190,10 @@ def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[tuple[int, 
         first += len(chunk)
 
 
-def _write(files: dict, kept: list[tuple[int, list[int], list[int]]], dtype) -> None:
-    if not kept:
-        return
-    numbers, srcs, tgts = zip(*kept, strict=True)
-    for side, seqs in (("src", srcs), ("tgt", tgts)):
-        lengths = np.fromiter(map(len, seqs), dtype=np.int32, count=len(seqs))
-        tokens = np.fromiter((i for seq in seqs for i in seq), dtype=dtype, count=lengths.sum())
+def _write(files: dict, numbers: np.ndarray, src: tuple, tgt: tuple, dtype) -> None:
+    """Append the kept pairs: `src` and `tgt` are (token id lists, lengths)."""
+    for side, (seqs, lengths) in (("src", src), ("tgt", tgt)):
+        tokens = np.fromiter(chain.from_iterable(seqs), dtype=dtype, count=int(lengths.sum()))
         files[f"{side}.bin"].write(tokens.tobytes())
-        files[f"{side}.len"].write(lengths.tobytes())
-    files["pairs.idx"].write(np.asarray(numbers, dtype=np.int64).tobytes())
+        files[f"{side}.len"].write(lengths.astype(np.int32).tobytes())
+    files["pairs.idx"].write(numbers.astype(np.int64).tobytes())

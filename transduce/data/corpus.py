@@ -110,9 +110,11 @@ class SkipCounts:
     def skipped(self) -> int:
         return self.empty + self.too_long + self.length_ratio
 
-    def count(self, reason: str, number: int) -> None:
-        setattr(self, reason, getattr(self, reason) + 1)
-        self.examples.setdefault(reason, number)
+    def count(self, reason: str, numbers: list[int]) -> None:
+        """Record skips for `reason` of the pairs `numbers` (1-based, in corpus order)."""
+        if numbers:
+            setattr(self, reason, getattr(self, reason) + len(numbers))
+            self.examples.setdefault(reason, numbers[0])
 
     def report(self, name: str) -> str:
         total = self.kept + self.skipped

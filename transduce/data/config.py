@@ -1,0 +1,64 @@
+"""The `data` section of a configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transduce.data.datasets import DATASETS
+from transduce.errors import UserError
+
+TOKENIZERS = ("bpe", "unigram", "word")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it becomes batches of token ids."""
+
+    dataset: str | None = "numbers"  # a known corpus ("multi30k", "numbers"); None: use paths
+    dir: str | None = None  # local copy of a known dataset (else it is downloaded)
+    cache_dir: str | None = None  # downloads; default $TRANSDUCE_CACHE or ~/.cache/transduce
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    train_src: str | None = None  # aligned text files (plain or .gz) instead of a dataset
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    train_tsv: str | None = None  # or one source<TAB>target file per split
+    valid_tsv: str | None = None
+    tokenizer: str = "bpe"  # "bpe" or "unigram" (SentencePiece), or "word"
+    vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
+    shared_vocab: bool = True  # one vocabulary learnt from both sides (the paper's)
+    character_coverage: float = 0.9995  # share of characters SentencePiece keeps as pieces
+    min_freq: int = 1  # word tokenizer: drop words seen fewer times
+    max_length: int = 256  # training pairs with a longer side (in tokens) are skipped
+    max_length_ratio: float = 3.0  # ... and those whose longer side is this many times longer
+    max_tokens: int = 4096  # padded tokens per batch, B x max(S, T)
+    numbers_train_size: int = 50_000  # number-words corpus: training pairs
+    numbers_max: int = 999_999  # number-words corpus: largest number
+    seed: int = 1  # the number-words corpus's draw
+
+    def __post_init__(self) -> None:
+        paths = (self.train_src, self.train_tgt, self.train_tsv)
+        if bool(self.train_src) != bool(self.train_tgt):
+            raise UserError("data.train_src and data.train_tgt go together")
+        if bool(self.valid_src) != bool(self.valid_tgt):
+            raise UserError("data.valid_src and data.valid_tgt go together")
+        if self.dataset is None and not (self.train_tsv or (self.train_src and self.train_tgt)):
+            raise UserError("data: give data.dataset, or data.train_src and data.train_tgt, "
+                            "or data.train_tsv")
+        if self.dataset is not None and any(paths):
+            raise UserError("data: data.dataset and training file paths exclude each other; "
+                            "set data.dataset=null to use your own files")
+        if self.dataset is not None and self.dataset not in DATASETS:
+            raise UserError(f"data.dataset: unknown dataset {self.dataset!r}; choose one of "
+                            f"{DATASETS}")
+        if self.tokenizer not in TOKENIZERS:
+            raise UserError(f"data.tokenizer must be one of {TOKENIZERS}, got {self.tokenizer!r}")
+        for name in ("vocab_size", "max_length", "max_tokens", "min_freq", "numbers_train_size"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
+        if not 0 < self.character_coverage <= 1:
+            raise UserError(f"data.character_coverage must be in (0, 1], got "
+                            f"{self.character_coverage}")
+        if self.max_length_ratio < 1:
+            raise UserError(f"data.max_length_ratio must be >= 1, got {self.max_length_ratio}")

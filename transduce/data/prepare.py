@@ -1,0 +1,67 @@
+"""From a `DataConfig` to tokenizers and binarized training and validation data."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from transduce.data.binarize import PairFilter, TokenizedCorpus, binarize
+from transduce.data.config import DataConfig
+from transduce.data.corpus import ParallelFiles, TsvFile
+from transduce.data.datasets import known_corpus
+from transduce.data.numbers import NumberWords
+from transduce.data.tokenizer import Tokenizers
+
+log = logging.getLogger(__name__)
+
+
+def corpus(config: DataConfig, split: str):
+    """The corpus of a split ("train", "valid", "test") as the configuration describes it, or
+    None when it names no such split."""
+    if config.dataset == "numbers":
+        sizes = (config.numbers_train_size, 1000, 1000)
+        return NumberWords(split, config.src_lang, config.tgt_lang, seed=config.seed,
+                           max_number=config.numbers_max, sizes=sizes)
+    if config.dataset is not None:
+        return known_corpus(config.dataset, split, config.src_lang, config.tgt_lang,
+                            data_dir=config.dir, cache_dir=config.cache_dir, seed=config.seed)
+    src, tgt, tsv = (getattr(config, f"{split}_{k}", None) for k in ("src", "tgt", "tsv"))
+    if tsv:
+        return TsvFile(Path(tsv))
+    if src and tgt:
+        return ParallelFiles(Path(src), Path(tgt))
+    return None
+
+
+@dataclass
+class PreparedData:
+    tokenizers: Tokenizers
+    train: TokenizedCorpus
+    valid: TokenizedCorpus | None
+    valid_corpus: object | None  # the raw validation text, for BLEU against references
+
+
+def prepare(config: DataConfig, directory: Path,
+            tokenizers: Tokenizers | None = None) -> PreparedData:
+    """Tokenizers (learnt from the training split unless given, then saved in `directory`) and
+    the binarized splits under `directory`/data, reused while data and tokenizers are unchanged.
+    """
+    directory = Path(directory)
+    train_corpus, valid_corpus = corpus(config, "train"), corpus(config, "valid")
+    if tokenizers is None:
+        log.info("learning a %s vocabulary of %s from %s", config.tokenizer,
+                 "words" if config.tokenizer == "word" else config.vocab_size, train_corpus)
+        tokenizers = Tokenizers.train(
+            train_corpus.pairs, kind=config.tokenizer, vocab_size=config.vocab_size,
+            shared=config.shared_vocab, character_coverage=config.character_coverage,
+            min_freq=config.min_freq)
+        tokenizers.save(directory)
+    train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
+                     pair_filter=PairFilter(max_length=config.max_length,
+                                            max_length_ratio=config.max_length_ratio))
+    valid = None
+    if valid_corpus is not None:  # every validation pair counts, however long or odd
+        valid = binarize(valid_corpus, tokenizers, directory / "data" / "valid", name="valid",
+                         pair_filter=PairFilter(max_length=None, max_length_ratio=None))
+    return PreparedData(tokenizers, train, valid, valid_corpus)
