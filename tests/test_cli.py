@@ -32,3 +32,12 @@ def test_prepare_with_a_missing_file_is_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == "transduce: error: missing.en: no such file"
     assert "Traceback" not in result.stderr
+
+
+def test_null_unsets_an_optional_setting(tmp_path, capsys):
+    (tmp_path / "a.en").write_text("one two\nthree\n")
+    (tmp_path / "a.de").write_text("eins zwei\ndrei\n")
+    assert main(["prepare", "--out", str(tmp_path / "out"), "--dataset", "null",
+                 "--train-src", str(tmp_path / "a.en"), "--train-tgt", str(tmp_path / "a.de"),
+                 "--tokenizer", "word"]) == 0
+    assert "train: 2 pairs" in capsys.readouterr().out

@@ -63,8 +63,17 @@ def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
                                 default=default)
             continue
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        parser.add_argument(*flags, dest=field.name, type=base, default=default,
+        convert = _or_null(base) if type(None) in typing.get_args(kind) else base
+        parser.add_argument(*flags, dest=field.name, type=convert, default=default,
                             metavar=base.__name__.upper(), help=f"(default: {default})")
+
+
+def _or_null(convert):
+    """An optional setting: 'null' (as in YAML) or 'none' unsets it."""
+    def parse(text: str):
+        return None if text.lower() in ("null", "none") else convert(text)
+    parse.__name__ = convert.__name__
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
