@@ -1,0 +1,65 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
+
+PAD = 1
+
+
+def test_a_hand_computed_case():
+    logits = torch.tensor([[[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]])  # V = 3
+    target = torch.tensor([[0, PAD]])  # the second position is padding
+    eps = 0.1
+    log_p = [2 - math.log(math.exp(2) + 1 + math.e), -math.log(math.exp(2) + 1 + math.e),
+             1 - math.log(math.exp(2) + 1 + math.e)]
+    expected = (1 - eps) * -log_p[0] + eps * -sum(log_p) / 3
+    loss = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=PAD)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_equals_torch_cross_entropy_in_value_and_gradient(eps, reduction):
+    logits = torch.randn(4, 7, 50, requires_grad=True)
+    target = torch.randint(0, 50, (4, 7))
+    target[0, 3:] = PAD
+    target[2, 5:] = PAD
+    ours = label_smoothed_cross_entropy(logits, target, epsilon=eps, ignore_index=PAD,
+                                        reduction=reduction)
+    (g_ours,) = torch.autograd.grad(ours * 3.0, logits)
+    ref = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                          label_smoothing=eps, reduction=reduction)
+    (g_ref,) = torch.autograd.grad(ref * 3.0, logits)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+    assert (g_ours[0, 3:] == 0).all()  # padding positions get no gradient
+
+
+def test_mean_is_per_real_target_token():
+    logits = torch.randn(2, 5, 10)
+    target = torch.randint(2, 10, (2, 5))
+    target[1, 2:] = PAD
+    total = label_smoothed_cross_entropy(logits, target, ignore_index=PAD)
+    mean = label_smoothed_cross_entropy(logits, target, ignore_index=PAD, reduction="mean")
+    torch.testing.assert_close(mean, total / 7)
+
+
+def test_bf16_logits_get_a_bf16_gradient_computed_in_fp32():
+    logits = torch.randn(6, 40).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 40, (6,))
+    loss = label_smoothed_cross_entropy(logits, target, ignore_index=PAD)
+    loss.backward()
+    assert loss.dtype == torch.float32 and logits.grad.dtype == torch.bfloat16
+    ref = F.cross_entropy(logits.detach().float(), target, label_smoothing=0.1,
+                          ignore_index=PAD, reduction="sum")
+    torch.testing.assert_close(loss, ref)
+
+
+def test_nll_for_perplexity_ignores_padding():
+    logits = torch.randn(3, 20)
+    target = torch.tensor([4, PAD, 7])
+    expected = -(logits.log_softmax(-1)[0, 4] + logits.log_softmax(-1)[2, 7])
+    torch.testing.assert_close(nll_loss(logits, target, ignore_index=PAD), expected)

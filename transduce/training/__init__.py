@@ -1,0 +1,1 @@
+"""Training: loss, learning-rate schedules, checkpoints, the training loop."""

@@ -1,0 +1,95 @@
+"""Label-smoothed cross-entropy (section 5.4), in one fused pass over the vocabulary.
+
+With smoothing epsilon the target distribution is (1 - eps) on the reference token plus eps
+spread evenly over the V tokens of the vocabulary, so per position
+
+    loss = (1 - eps) * (-log p[y]) + eps * mean_v(-log p[v])
+         = logsumexp(z) - (1 - eps) * z[y] - eps * mean_v(z[v])
+
+for logits z, which needs no (N, V) log-probabilities in the forward pass; the backward pass
+writes the gradient softmax(z) - (1 - eps) * onehot(y) - eps / V in place. The same value and
+gradient as `F.cross_entropy(..., label_smoothing=eps)`, with fewer passes over (N, V) memory.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+_ROWS = 64  # positions per chunk: a chunk of logits stays in cache across the passes over it
+
+
+class _LabelSmoothedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+        """logits (N, V), target (N,), weight (N,): each position's share of the loss."""
+        n, vocab = logits.shape
+        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
+        total = torch.empty_like(lse)
+        # one scratch chunk reused throughout: fresh large temporaries cost page faults on CPU
+        scratch = lse.new_empty(min(n, _ROWS), vocab)
+        for rows in _chunks(n):
+            z, work = logits[rows], scratch[: rows.stop - rows.start]
+            top = z.amax(dim=-1, keepdim=True).float()
+            torch.sub(z, top, out=work).exp_()
+            torch.sum(work, dim=-1, out=lse[rows])
+            lse[rows] = lse[rows].log_().add_(top.squeeze(1))  # logsumexp, stable
+            torch.sum(z, dim=-1, dtype=torch.float32, out=total[rows])
+        z_target = logits.gather(1, target[:, None]).squeeze(1).float()
+        loss = lse - (1 - epsilon) * z_target - epsilon / vocab * total
+        ctx.save_for_backward(logits, lse, target, weight)
+        ctx.epsilon = epsilon
+        return (loss * weight).sum()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        logits, lse, target, weight = ctx.saved_tensors
+        n, vocab = logits.shape
+        eps = ctx.epsilon
+        scale = (weight * grad)[:, None]
+        g = torch.empty_like(logits)
+        fp32 = logits.dtype == torch.float32
+        scratch = None if fp32 else lse.new_empty(min(n, _ROWS), vocab)
+        smoothing = torch.full((min(n, _ROWS), 1), eps - 1, device=logits.device)
+        for rows in _chunks(n):
+            # softmax - eps / V - (1 - eps) onehot, weighted; computed in fp32 whatever the logits
+            size = rows.stop - rows.start
+            chunk = g[rows] if fp32 else scratch[:size]
+            torch.sub(logits[rows], lse[rows, None], out=chunk).exp_().sub_(eps / vocab)
+            chunk.scatter_add_(1, target[rows, None], smoothing[:size])
+            chunk.mul_(scale[rows])
+            if not fp32:
+                g[rows] = chunk
+        return g, None, None, None
+
+
+def _chunks(n: int) -> list[slice]:
+    return [slice(i, min(i + _ROWS, n)) for i in range(0, n, _ROWS)]
+
+
+def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, *, epsilon: float = 0.1,
+                                 ignore_index: int = 1,
+                                 reduction: str = "sum") -> Tensor:
+    """Label-smoothed cross-entropy of logits (..., V) against target ids (...), ignoring
+    positions whose target is `ignore_index` (padding).
+
+    reduction: "sum" over real positions, or "mean" per real target token.
+    """
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
+    logits = logits.reshape(-1, logits.shape[-1])
+    target = target.reshape(-1)
+    real = target != ignore_index
+    weight = real.to(torch.float32)
+    if reduction == "mean":
+        weight = weight / real.sum().clamp(min=1)
+    safe_target = target.masked_fill(~real, 0)  # any valid index; its weight is zero
+    return _LabelSmoothedCrossEntropy.apply(logits, safe_target, weight, float(epsilon))
+
+
+def nll_loss(logits: Tensor, target: Tensor, *, ignore_index: int = 1) -> Tensor:
+    """Summed negative log-likelihood of the targets (no smoothing), for perplexity."""
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
+        ignore_index=ignore_index, reduction="sum")

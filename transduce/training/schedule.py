@@ -1,0 +1,28 @@
+"""Learning-rate schedules: functions of the update number (1-based) to a learning rate."""
+
+from __future__ import annotations
+
+import math
+
+
+def noam(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """The paper's schedule (section 5.3): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    Linear warm-up to a peak at step = warmup, then decay with the inverse square root.
+    """
+    step = max(step, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def inverse_sqrt(step: int, *, peak_lr: float, warmup: int, warmup_init_lr: float = 0.0) -> float:
+    """fairseq's inverse_sqrt: linear warm-up from warmup_init_lr to peak_lr over `warmup`
+    updates, then peak_lr * sqrt(warmup / step)."""
+    step = max(step, 1)
+    if step < warmup:
+        return warmup_init_lr + (peak_lr - warmup_init_lr) * step / warmup
+    return peak_lr * math.sqrt(warmup / step)
+
+
+def constant(step: int, *, peak_lr: float, warmup: int = 0) -> float:
+    """peak_lr after an optional linear warm-up (fine-tuning)."""
+    return peak_lr * min(1.0, max(step, 1) / warmup) if warmup else peak_lr
