@@ -1,0 +1,84 @@
+"""The `train` and `decode` sections of a configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transduce.errors import UserError
+
+SCHEDULES = ("noam", "inverse_sqrt", "constant")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: optimiser, schedule, limits, validation, checkpoints."""
+
+    seed: int = 1  # initialisation, dropout and batch order
+    max_updates: int = 100_000  # stop after this many optimiser updates (0: no limit)
+    max_time: float = 0.0  # stop after this many seconds of training (0: no limit)
+    max_epochs: int = 0  # stop after this many passes over the data (0: no limit)
+    lr_schedule: str = "inverse_sqrt"  # "noam" (the paper's), "inverse_sqrt" or "constant"
+    lr: float = 5e-4  # peak learning rate (inverse_sqrt, constant)
+    lr_scale: float = 1.0  # noam: multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    warmup: int = 4000  # updates of linear warm-up
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0  # decoupled (AdamW) when > 0
+    clip_norm: float = 0.0  # clip the gradient norm to this (0: no clipping)
+    accumulate: int = 1  # update every k batches (a k times larger effective batch)
+    label_smoothing: float = 0.1
+    precision: str = "fp32"  # "fp32", "bf16" (autocast, CPU or GPU) or "fp16" (GPU, scaled)
+    device: str = "auto"  # "auto" (GPU when present), "cpu", "cuda", "cuda:1", ...
+    threads: int = 0  # CPU threads for PyTorch (0: its default)
+    validate_every: int = 1000  # updates between validations (0: only at the end)
+    bleu: bool = True  # compute BLEU on the validation split (else loss only)
+    patience: int = 0  # stop after this many validations without a better BLEU (0: never)
+    keep_checkpoints: int = 3  # keep the last K update checkpoints (plus the best)
+    log_every: int = 100  # updates between log lines
+    max_bad_updates: int = 20  # stop after this many consecutive non-finite losses
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in SCHEDULES:
+            raise UserError(f"train.lr_schedule must be one of {SCHEDULES}, got "
+                            f"{self.lr_schedule!r}")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"train.precision must be one of {PRECISIONS}, got "
+                            f"{self.precision!r}")
+        for name in ("max_updates", "max_epochs", "warmup", "threads", "validate_every",
+                     "patience", "max_time", "clip_norm", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise UserError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("accumulate", "keep_checkpoints", "log_every", "max_bad_updates"):
+            if getattr(self, name) < 1:
+                raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.lr_scale <= 0:
+            raise UserError("train.lr and train.lr_scale must be positive")
+        if not 0 <= self.label_smoothing < 1:
+            raise UserError(f"train.label_smoothing must be in [0, 1), got "
+                            f"{self.label_smoothing}")
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise UserError(f"train.adam_betas must be two numbers in [0, 1), got "
+                            f"{self.adam_betas}")
+        if self.lr_schedule == "noam" and self.warmup == 0:
+            raise UserError("train.warmup must be positive for the noam schedule")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to search for translations (validation BLEU, translate, evaluate)."""
+
+    beam_size: int = 4  # 1: greedy search
+    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha
+    max_len_a: float = 1.0  # an output has at most a * source length + b tokens
+    max_len_b: int = 50
+    min_len: int = 1  # tokens before <eos> is allowed
+    max_tokens: int = 8192  # source tokens per translation batch
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise UserError(f"decode.beam_size must be >= 1, got {self.beam_size}")
+        if self.max_len_a < 0 or self.max_len_b < 0 or self.min_len < 0:
+            raise UserError("decode.max_len_a, decode.max_len_b and decode.min_len must be >= 0")
+        if self.max_tokens < 1:
+            raise UserError(f"decode.max_tokens must be >= 1, got {self.max_tokens}")
