@@ -105,7 +105,8 @@ def load_config(path: Path | None = None, overrides: list[str] = (),
         where = f"{where} (with overrides)"
     for name in raw:
         if name not in ("model", *_SECTIONS):
-            raise UserError(f"{where}: unknown section {name!r}{_suggest(name, ['model', *_SECTIONS])}")
+            suggestion = _suggest(name, ["model", *_SECTIONS])
+            raise UserError(f"{where}: unknown section {name!r}{suggestion}")
     model = dict(raw.get("model", {}))
     preset = model.pop("preset", ModelSection.preset)
     settings = {k: _convert(v, _MODEL_TYPES, k, "model", where) for k, v in model.items()}

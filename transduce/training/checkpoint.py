@@ -1,0 +1,169 @@
+"""Checkpoints that survive a kill at any instant.
+
+    RUN/checkpoints/update_000500/model.safetensors   the weights (tied ones stored once)
+    RUN/checkpoints/update_000500/state.pt            optimiser, schedule, RNG, data position
+    RUN/checkpoints/latest, RUN/checkpoints/best      one line: the name of a checkpoint
+
+A checkpoint is written into a temporary directory, its files fsynced, then renamed into place,
+so it exists whole or not at all; `latest` and `best` are replaced atomically the same way only
+after it exists. Old update checkpoints beyond the last K are removed (never the best one).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from transduce.errors import UserError
+
+WEIGHTS = "model.safetensors"
+STATE = "state.pt"
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors with each shared storage (tied embeddings) kept once."""
+    seen: set[int] = set()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.detach().contiguous().cpu()
+    return state
+
+
+def save_weights(model: torch.nn.Module, path: Path) -> None:
+    save_file(model_state(model), str(path))
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Load weights saved by `save_weights`; a key left out must be tied to a loaded one."""
+    state = load_file(str(path))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    params = model.state_dict()
+    loaded = {params[k].data_ptr() for k in state if k in params}
+    untied = [k for k in missing if params[k].data_ptr() not in loaded]
+    if untied or unexpected:
+        raise UserError(f"{path}: weights do not fit this model (missing {untied}, "
+                        f"unexpected {unexpected})")
+
+
+def save_checkpoint(run_dir: Path, name: str, model: torch.nn.Module, state: dict, *,
+                    best: bool = False, keep: int = 3) -> Path:
+    """Write checkpoint `name` atomically, point `latest` (and `best`) at it, prune old ones."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+    try:
+        save_weights(model, tmp / WEIGHTS)
+        torch.save(state, tmp / STATE)
+        for file in (WEIGHTS, STATE):
+            with open(tmp / file, "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # the same update saved again (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _write_atomically(root / "latest", name + "\n")
+    if best:
+        _write_atomically(root / "best", name + "\n")
+    _prune(root, keep)
+    return final
+
+
+def _pointer(root: Path, which: str) -> str | None:
+    path = root / which
+    if not path.is_file():
+        return None
+    name = path.read_text().strip()
+    return name if (root / name / WEIGHTS).is_file() else None
+
+
+def _prune(root: Path, keep: int) -> None:
+    protected = {_pointer(root, "best"), _pointer(root, "latest")}
+    updates = sorted(p.name for p in root.glob("update_*") if p.is_dir())
+    for name in updates[:-keep]:
+        if name not in protected:
+            shutil.rmtree(root / name, ignore_errors=True)
+    for stale in root.glob(".update_*"):  # a checkpoint whose writing was killed
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    root = checkpoint_dir(run_dir)
+    name = _pointer(root, "latest")
+    return root / name if name else None
+
+
+def update_checkpoints(run_dir: Path) -> list[Path]:
+    """The kept update checkpoints, oldest first."""
+    root = checkpoint_dir(run_dir)
+    return sorted(p for p in root.glob("update_*") if (p / WEIGHTS).is_file())
+
+
+def model_checkpoint(run_dir: Path) -> Path:
+    """The weights a run directory stands for: averaged if present, else best, else latest."""
+    root = checkpoint_dir(run_dir)
+    if (root / "averaged" / WEIGHTS).is_file():
+        return root / "averaged" / WEIGHTS
+    for which in ("best", "latest"):
+        name = _pointer(root, which)
+        if name:
+            return root / name / WEIGHTS
+    raise UserError(f"{run_dir}: no checkpoint here (is it a run directory of transduce train?)")
+
+
+def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
+    """The element-wise mean of several checkpoints' weights, written atomically to out_dir."""
+    if not paths:
+        raise UserError("no checkpoints to average")
+    total = None
+    for path in paths:
+        state = load_file(str(Path(path) / WEIGHTS))
+        if total is None:
+            total = {k: v.double() for k, v in state.items()}
+        else:
+            if state.keys() != total.keys():
+                raise UserError(f"{path}: its weights do not match {paths[0]}")
+            for k, v in state.items():
+                total[k] += v.double()
+    dtypes = {k: v.dtype for k, v in load_file(str(Path(paths[0]) / WEIGHTS)).items()}
+    averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+    out_dir = Path(out_dir)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    save_file(averaged, str(tmp / WEIGHTS))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir
