@@ -11,8 +11,10 @@ import typing
 from pathlib import Path
 
 from transduce import __version__
+from transduce.config import load_config
 from transduce.data.config import DataConfig
 from transduce.model import PRESETS, ModelConfig, Transformer
+from transduce.training.trainer import TrainingError
 
 
 def _params(args: argparse.Namespace) -> None:
@@ -48,6 +50,38 @@ def _prepare(args: argparse.Namespace) -> None:
     padding = TokenBatches.of(data.train, config.max_tokens).padding_fraction()
     print(f"train batches of max {config.max_tokens} tokens: padding {padding:.1%}")
     print(f"done in {time.perf_counter() - start:.1f} s")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from transduce.training.trainer import Trainer
+
+    if args.resume:
+        if args.config:  # `train --resume DIR key=value`: the first override lands in config
+            args.overrides.insert(0, args.config)
+        trainer = Trainer.resume(Path(args.resume), args.overrides,
+                                 reset_optimizer=args.reset_optimizer,
+                                 reset_schedule=args.reset_schedule)
+    else:
+        if args.config and "=" in args.config and not Path(args.config).is_file():
+            args.overrides.insert(0, args.config)  # no file: the defaults plus overrides
+            args.config = None
+        config = load_config(Path(args.config) if args.config else None, args.overrides)
+        name = Path(args.config).stem if args.config else "run"
+        trainer = Trainer(config, Path(args.run_dir or Path("runs") / name))
+    trainer.train()
+    return 130 if trainer._stop_signal is not None else 0
+
+
+def _average(args: argparse.Namespace) -> None:
+    from transduce.training.checkpoint import (average_checkpoints, checkpoint_dir,
+                                               update_checkpoints)
+
+    paths = update_checkpoints(Path(args.run_dir))[-args.last:]
+    if len(paths) < args.last:
+        print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}",
+              file=sys.stderr)
+    out = average_checkpoints(paths, checkpoint_dir(Path(args.run_dir)) / "averaged")
+    print(f"averaged {', '.join(p.name for p in paths)} -> {out}")
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
@@ -97,18 +131,49 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
                         defaults={"dataset": None})
     prepare.set_defaults(run=_prepare)
+
+    train = commands.add_parser(
+        "train", help="train a model (or continue a run with --resume)",
+        description="Train from a YAML configuration; key=value arguments override it "
+                    "(e.g. train.max_updates=1000 model.dropout=0.2).")
+    train.add_argument("config", nargs="?", help="configuration file (YAML)")
+    train.add_argument("overrides", nargs="*", metavar="section.key=value")
+    train.add_argument("--run-dir", help="where config, logs and checkpoints go "
+                                         "(default: runs/CONFIG-NAME)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue this run exactly")
+    train.add_argument("--reset-optimizer", action="store_true",
+                       help="with --resume: fresh Adam moments (fine-tuning)")
+    train.add_argument("--reset-schedule", action="store_true",
+                       help="with --resume: restart the learning-rate schedule and limits")
+    train.set_defaults(run=_train)
+
+    average = commands.add_parser(
+        "average", help="average the last N checkpoints of a run (the paper's final step)")
+    average.add_argument("run_dir")
+    average.add_argument("--last", type=int, default=5, help="how many (default: 5)")
+    average.set_defaults(run=_average)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse cannot take more positionals after an option: overrides placed after
+    # --run-dir arrive here
+    if extra and (args.command != "train" or any("=" not in e or e.startswith("-")
+                                                  for e in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides.extend(extra)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        args.run(args)
-    except ValueError as error:  # a user's bad value: one line, no traceback
+        return args.run(args) or 0
+    except ValueError as error:  # a user's bad value (UserError too): one line, no traceback
         print(f"transduce: error: {error}", file=sys.stderr)
         return 2
-    return 0
+    except TrainingError as error:
+        print(f"transduce: training stopped: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from transduce.config import load_config
+from transduce.training import checkpoint as ckpt
+from transduce.training.trainer import Trainer, TrainingError
+
+FAST = ["model.preset=tiny", "model.d_model=32", "model.d_ff=64", "model.n_heads=2",
+        "model.n_encoder_layers=2", "model.n_decoder_layers=2", "model.dropout=0.1",
+        "data.dataset=numbers", "data.vocab_size=300", "data.numbers_train_size=600",
+        "data.max_tokens=600", "data.max_length_ratio=9", "train.lr_schedule=inverse_sqrt",
+        "train.lr=0.003", "train.warmup=10", "train.validate_every=0", "train.bleu=false",
+        "train.log_every=5", "train.clip_norm=1.0"]
+
+
+def _config(*extra):
+    return load_config(overrides=[*FAST, *extra])
+
+
+def _weights(run_dir, name=None):
+    path = (ckpt.checkpoint_dir(run_dir) / name / ckpt.WEIGHTS if name
+            else ckpt.latest_checkpoint(run_dir) / ckpt.WEIGHTS)
+    return load_file(str(path))
+
+
+def test_resume_ends_with_bit_identical_parameters(tmp_path):
+    straight = Trainer(_config("train.max_updates=12", "train.validate_every=6"),
+                       tmp_path / "a")
+    straight.train()
+    first = Trainer(_config("train.max_updates=6", "train.validate_every=6"), tmp_path / "b")
+    first.train()
+    resumed = Trainer.resume(tmp_path / "b", ["train.max_updates=12"])
+    assert resumed.progress.update == 6
+    resumed.train()
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    sa = torch.load(ckpt.latest_checkpoint(tmp_path / "a") / ckpt.STATE, weights_only=False)
+    sb = torch.load(ckpt.latest_checkpoint(tmp_path / "b") / ckpt.STATE, weights_only=False)
+    assert sa["progress"]["epoch"] == sb["progress"]["epoch"]
+    assert sa["progress"]["batch_in_epoch"] == sb["progress"]["batch_in_epoch"]
+
+
+def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
+    trainer = Trainer(_config("model.dropout=0.0"), tmp_path / "acc")
+    model = trainer.model
+    batches = [b for _, b in zip(range(3), trainer._batch_stream(), strict=False)]
+    loss, tokens = trainer.accumulate_gradients(batches)
+    accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    def pad(t, width):
+        return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=1)
+
+    width_src = max(b.src.shape[1] for b in batches)
+    width_tgt = max(b.tgt_in.shape[1] for b in batches)
+    big = type(batches[0])(
+        torch.cat([pad(b.src, width_src) for b in batches]),
+        torch.cat([pad(b.tgt_in, width_tgt) for b in batches]),
+        torch.cat([pad(b.tgt_out, width_tgt) for b in batches]),
+        *(torch.cat([getattr(b, f) for b in batches])
+          for f in ("src_lengths", "tgt_lengths", "ids")))
+    big_loss, big_tokens = trainer.accumulate_gradients([big])
+    assert big_tokens == tokens
+    assert big_loss == pytest.approx(loss, rel=1e-5)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, accumulated[name], atol=1e-6, rtol=1e-4)
+
+
+def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatch):
+    trainer = Trainer(_config("train.max_updates=20", "train.max_bad_updates=3"), tmp_path / "nan")
+    real_forward = trainer.model.forward
+    calls = {"n": 0}
+
+    def sometimes_nan(src, tgt):
+        calls["n"] += 1
+        logits = real_forward(src, tgt)
+        return logits * float("nan") if calls["n"] in (2,) or calls["n"] >= 5 else logits
+
+    monkeypatch.setattr(trainer.model, "forward", sometimes_nan)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with pytest.raises(TrainingError, match="not finite 3 updates in a row"):
+        trainer.train()
+    # forward passes 1, 3 and 4 made updates; 2 was skipped, and 5, 6, 7 in a row stopped it
+    assert trainer.progress.update == 3
+    assert trainer.progress.skipped_updates == 4
+    assert all(p.isfinite().all() for p in trainer.model.parameters())
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def test_a_tiny_model_learns_number_words(tmp_path):
+    trainer = Trainer(_config("train.max_updates=80", "train.log_every=10"), tmp_path / "learn")
+    trainer.train()
+    lines = (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()
+    losses = [json.loads(x)["train_loss"] for x in lines if '"train"' in x]
+    assert losses[-1] < 0.6 * losses[0]
+    valid = trainer.validate()
+    assert valid.loss < losses[0]
+
+
+def test_run_directory_contents_and_refusal_to_overwrite(tmp_path):
+    run = tmp_path / "run"
+    Trainer(_config("train.max_updates=3", "train.bleu=true", "train.validate_every=3",
+                    "data.numbers_train_size=200"), run).train()
+    for name in ("config.yaml", "train.log", "metrics.jsonl", "tokenizer.json"):
+        assert (run / name).is_file(), name
+    assert (ckpt.checkpoint_dir(run) / "best").read_text().strip() == "update_0000003"
+    assert any((run / "tensorboard").iterdir())
+    assert load_config(run / "config.yaml").train.max_updates == 3
+    with pytest.raises(ValueError, match="already holds a run"):
+        Trainer(_config("train.max_updates=3"), run).train()
+
+
+def test_average_of_checkpoints_is_their_mean(tmp_path):
+    run = tmp_path / "avg"
+    Trainer(_config("train.max_updates=6", "train.validate_every=2",
+                    "train.keep_checkpoints=5"), run).train()
+    paths = ckpt.update_checkpoints(run)
+    assert [p.name for p in paths] == ["update_0000002", "update_0000004", "update_0000006"]
+    out = ckpt.average_checkpoints(paths[-2:], ckpt.checkpoint_dir(run) / "averaged")
+    averaged = load_file(str(out / ckpt.WEIGHTS))
+    a, b = (load_file(str(p / ckpt.WEIGHTS)) for p in paths[-2:])
+    for key in averaged:
+        torch.testing.assert_close(averaged[key], (a[key] + b[key]) / 2)
+    assert ckpt.model_checkpoint(run) == out / ckpt.WEIGHTS
+
+
+KILL_SCRIPT = """
+import sys, os, torch
+from transduce.training import checkpoint as ckpt
+from transduce.model import ModelConfig, Transformer
+model = Transformer(ModelConfig.preset("tiny", src_vocab_size=3000, tgt_vocab_size=3000))
+ckpt.save_checkpoint(sys.argv[1], "update_0000001", model, {"step": 1})
+print("first saved", flush=True)
+i = 2
+while True:  # keep writing checkpoints until killed
+    state = {"step": i, "padding": torch.zeros(2_000_000)}  # a slower write, to land a kill in
+    ckpt.save_checkpoint(sys.argv[1], f"update_{i:07d}", model, state, keep=2)
+    i += 1
+"""
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.45])
+def test_sigkill_while_writing_leaves_a_loadable_checkpoint(tmp_path, delay):
+    run = tmp_path / "kill"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(run)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "first saved"
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    latest = ckpt.latest_checkpoint(run)
+    assert latest is not None
+    state = torch.load(latest / ckpt.STATE, weights_only=False)
+    assert state["step"] == int(latest.name.split("_")[1])
+    assert load_file(str(latest / ckpt.WEIGHTS))
+
+
+def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
+    run = tmp_path / "int"
+    script = ("import sys; from transduce.cli import main; sys.exit(main(sys.argv[1:]))")
+    cmd = [sys.executable, "-c", script, "train", "--run-dir", str(run),
+           *FAST, "train.max_updates=100000", "train.log_every=1"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "update 3:" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    latest = ckpt.latest_checkpoint(run)
+    assert latest is not None and int(latest.name.split("_")[1]) >= 3
+    resumed = Trainer.resume(run, ["train.max_updates=" + str(int(latest.name[7:]) + 2)])
+    resumed.train()
+    assert resumed.progress.update == int(latest.name[7:]) + 2

@@ -1,0 +1,72 @@
+"""Validation: loss and perplexity under teacher forcing, BLEU of searched translations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import sacrebleu
+import torch
+
+from transduce.data.batching import TokenBatches, collate
+from transduce.data.binarize import TokenizedCorpus
+from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.greedy import greedy_search
+from transduce.model.transformer import Transformer
+from transduce.training.config import DecodeConfig
+from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
+
+
+@dataclass
+class Validation:
+    loss: float  # label-smoothed, per target token
+    nll: float  # per target token
+    bleu: float | None  # sacreBLEU on detokenized output
+    hypotheses: list[str] | None = None
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(min(self.nll, 100.0))
+
+
+@torch.no_grad()
+def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | None,
+             tokenizers: Tokenizers, *, max_tokens: int, label_smoothing: float,
+             decode: DecodeConfig, device: torch.device, autocast) -> Validation:
+    """Loss on every validation pair; BLEU against `references` (one per pair) when given."""
+    was_training = model.training
+    model.eval()
+    batches = TokenBatches.of(data, max_tokens, shuffle=False).epoch(0)
+    loss = nll = tokens = 0.0
+    for ids in batches:
+        batch = collate(data, ids).to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        loss += label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=label_smoothing,
+                                             ignore_index=model.config.pad_id).item()
+        nll += nll_loss(logits, batch.tgt_out, ignore_index=model.config.pad_id).item()
+        tokens += batch.n_tgt_tokens
+    bleu = hypotheses = None
+    if references is not None:
+        hypotheses = translate_corpus(model, data, tokenizers, decode=decode, device=device,
+                                      autocast=autocast)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    model.train(was_training)
+    return Validation(loss / tokens, nll / tokens, bleu, hypotheses)
+
+
+def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Tokenizers, *,
+                     decode: DecodeConfig, device: torch.device, autocast) -> list[str]:
+    """Detokenized greedy translations of every source of `data`, in corpus order."""
+    out: list[str | None] = [None] * len(data)
+    batches = TokenBatches(data.src_lengths, np.zeros_like(data.src_lengths), decode.max_tokens,
+                           shuffle=False).epoch(0)
+    for ids in batches:
+        batch = collate(data, ids).to(device)
+        with autocast():
+            outputs = greedy_search(model, batch.src, max_len_a=decode.max_len_a,
+                                    max_len_b=decode.max_len_b, min_len=decode.min_len)
+        for i, tokens in zip(ids.tolist(), outputs, strict=True):
+            out[i] = tokenizers.tgt.decode(tokens)
+    return out
