@@ -8,8 +8,9 @@ import os
 # before importing torch; a user's own setting wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from transduce.api import resume, train  # noqa: E402
 from transduce.model import ModelConfig, Transformer  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelConfig", "Transformer", "__version__"]
+__all__ = ["ModelConfig", "Transformer", "__version__", "resume", "train"]

@@ -84,6 +84,12 @@ def _average(args: argparse.Namespace) -> None:
     print(f"averaged {', '.join(p.name for p in paths)} -> {out}")
 
 
+def _plot(args: argparse.Namespace) -> None:
+    from transduce.visualize.curves import plot_training
+
+    print(plot_training(Path(args.run_dir), Path(args.output) if args.output else None))
+
+
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
                         aliases: dict | None = None, defaults: dict | None = None) -> None:
     """One --option per field of a config dataclass, named after it, typed like it."""
@@ -152,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("run_dir")
     average.add_argument("--last", type=int, default=5, help="how many (default: 5)")
     average.set_defaults(run=_average)
+
+    plot = commands.add_parser("plot", help="draw a run's training curves as a PNG")
+    plot.add_argument("run_dir")
+    plot.add_argument("-o", "--output", help="PNG file (default: RUN_DIR/curves.png)")
+    plot.set_defaults(run=_plot)
     return parser
 
 

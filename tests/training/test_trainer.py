@@ -182,3 +182,34 @@ def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
     resumed = Trainer.resume(run, ["train.max_updates=" + str(int(latest.name[7:]) + 2)])
     resumed.train()
     assert resumed.progress.update == int(latest.name[7:]) + 2
+
+
+def test_max_time_stops_with_a_checkpoint(tmp_path):
+    trainer = Trainer(_config("train.max_updates=100000", "train.max_time=1.5"), tmp_path / "t")
+    trainer.train()
+    assert 1.5 <= trainer.progress.elapsed < 30
+    assert ckpt.latest_checkpoint(tmp_path / "t").name == f"update_{trainer.progress.update:07d}"
+
+
+def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
+    trainer = Trainer(_config("train.max_updates=100", "train.validate_every=2",
+                              "train.patience=2"), tmp_path / "p")
+    losses = iter([3.0, 2.0, 2.5, 2.4, 1.0, 1.0])
+
+    class Result:
+        def __init__(self, loss):
+            self.loss, self.bleu, self.perplexity = loss, None, 1.0
+
+    monkeypatch.setattr(trainer, "validate", lambda: Result(next(losses)))
+    trainer.train()
+    assert trainer.progress.update == 8  # best at update 4, no better at 6 and 8: stop
+    assert (ckpt.checkpoint_dir(tmp_path / "p") / "best").read_text().strip() == "update_0000004"
+
+
+def test_python_api_trains_from_a_dict_and_resumes(tmp_path):
+    import transduce
+
+    config = load_config(overrides=FAST).to_dict()
+    progress = transduce.train(config, tmp_path / "api", ["train.max_updates=2"])
+    assert progress.update == 2
+    assert transduce.resume(tmp_path / "api", ["train.max_updates=4"]).update == 4

@@ -1,0 +1,1 @@
+"""Pictures: training curves (and, with later issues, attention and positional encodings)."""
