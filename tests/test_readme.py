@@ -6,9 +6,11 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_python_examples_run():
+def test_python_examples_run(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert blocks
+    (tmp_path / "configs").symlink_to(README.parent / "configs")
+    monkeypatch.chdir(tmp_path)  # runs/ of the examples land here
     for block in blocks:
         exec(compile(block, str(README), "exec"), {})
 

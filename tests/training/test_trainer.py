@@ -198,7 +198,8 @@ def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
 
     class Result:
         def __init__(self, loss):
-            self.loss, self.bleu, self.perplexity = loss, None, 1.0
+            self.loss, self.perplexity = loss, 1.0
+            self.bleu = self.chrf = self.exact = None
 
     monkeypatch.setattr(trainer, "validate", lambda: Result(next(losses)))
     trainer.train()

@@ -300,21 +300,23 @@ class Trainer:
         result = self.validate()
         best = True
         if result is not None:
-            if cfg.bleu:
-                best = p.best_bleu is None or result.bleu > p.best_bleu
-                p.best_bleu = result.bleu if best else p.best_bleu
-            else:
-                best = p.best_loss is None or result.loss < p.best_loss
-            if p.best_loss is None or result.loss < p.best_loss:
-                p.best_loss = result.loss
+            # the best by BLEU, ties (e.g. one-word outputs, where BLEU is 0) by loss
+            score = (result.bleu if cfg.bleu else 0.0, -result.loss)
+            best_score = (p.best_bleu if cfg.bleu else 0.0,
+                          -p.best_loss) if p.best_loss is not None else None
+            best = best_score is None or score > best_score
+            if best:
+                p.best_bleu, p.best_loss = result.bleu, result.loss
             p.bad_validations = 0 if best else p.bad_validations + 1
             record = {"update": p.update, "valid_loss": result.loss,
-                      "valid_ppl": result.perplexity, "valid_bleu": result.bleu}
+                      "valid_ppl": result.perplexity, "valid_bleu": result.bleu,
+                      "valid_chrf": result.chrf, "valid_exact": result.exact}
             p.history.append(record)
             self._metrics(record, writer, prefix="valid")
-            bleu = f", BLEU {result.bleu:.2f}" if result.bleu is not None else ""
+            scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, exact "
+                      f"{result.exact:.1%}" if result.bleu is not None else "")
             log.info("update %d: valid loss %.3f, ppl %.2f%s%s", p.update, result.loss,
-                     result.perplexity, bleu, " (best)" if best else "")
+                     result.perplexity, scores, " (best)" if best else "")
         self._save(best=best)
         return bool(cfg.patience) and p.bad_validations >= cfg.patience
 

@@ -23,6 +23,8 @@ class Validation:
     loss: float  # label-smoothed, per target token
     nll: float  # per target token
     bleu: float | None  # sacreBLEU on detokenized output
+    chrf: float | None = None  # sacreBLEU's chrF: character n-grams, meaningful for one word
+    exact: float | None = None  # share of translations equal to their reference
     hypotheses: list[str] | None = None
 
     @property
@@ -47,13 +49,17 @@ def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | 
                                              ignore_index=model.config.pad_id).item()
         nll += nll_loss(logits, batch.tgt_out, ignore_index=model.config.pad_id).item()
         tokens += batch.n_tgt_tokens
-    bleu = hypotheses = None
+    result = Validation(loss / tokens, nll / tokens, None)
     if references is not None:
         hypotheses = translate_corpus(model, data, tokenizers, decode=decode, device=device,
                                       autocast=autocast)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        result.hypotheses = hypotheses
+        result.bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        result.chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
+        result.exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / max(
+            len(references), 1)
     model.train(was_training)
-    return Validation(loss / tokens, nll / tokens, bleu, hypotheses)
+    return result
 
 
 def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Tokenizers, *,
