@@ -1,57 +1,85 @@
-"""Greedy search, batched, on the incremental key/value cache."""
+"""Greedy search and sampling: one token per sentence per step, on the key/value cache."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 
 
-def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int,
-                       max_positions: int) -> Tensor:
-    """a * source length + b tokens (before <eos>), within the model's positions."""
-    limit = (src_lengths.double() * max_len_a + max_len_b).floor().long()
-    return limit.clamp(min=1, max=max_positions - 1)
+def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
+                  max_len_b: int = 50, min_len: int = 1, prefixes: list[list[int]] | None = None,
+                  use_cache: bool = True) -> list[list[int]]:
+    """The most likely next token at each step, for a batch of sources (B, S).
+
+    Returns each output's token ids without <bos>/<eos>, in batch order. A sentence that has
+    produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
+    outputs finish. `prefixes` force the first target tokens of each sentence.
+    """
+    return _one_token_per_step(model, src, lambda lp: lp.argmax(-1), max_len_a=max_len_a,
+                               max_len_b=max_len_b, min_len=min_len, prefixes=prefixes,
+                               use_cache=use_cache)
+
+
+def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: int = 0,
+           top_p: float = 1.0, generator: torch.Generator | None = None,
+           max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1,
+           prefixes: list[list[int]] | None = None) -> list[list[int]]:
+    """Sample each next token (e.g. for back-translation): from p^(1/temperature), restricted
+    to the `top_k` most likely tokens and/or the smallest set whose probability reaches
+    `top_p` (nucleus)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+
+    def choose(log_probs: Tensor) -> Tensor:
+        scores = log_probs / temperature
+        if top_k:
+            kth = scores.topk(min(top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if top_p < 1.0:
+            ordered, order = scores.sort(dim=-1, descending=True)
+            cumulative = ordered.softmax(-1).cumsum(-1)
+            drop = cumulative - ordered.softmax(-1) >= top_p  # keep the first token reaching p
+            scores = scores.scatter(1, order, ordered.masked_fill(drop, float("-inf")))
+        return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
+
+    return _one_token_per_step(model, src, choose, max_len_a=max_len_a, max_len_b=max_len_b,
+                               min_len=min_len, prefixes=prefixes, use_cache=True)
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
-                  max_len_b: int = 50, min_len: int = 1) -> list[list[int]]:
-    """The most likely next token at each step, for a batch of sources (B, S).
-
-    Encodes once, then runs one decoder step per output token with the cache; a sentence that
-    has produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
-    outputs finish. Returns each output's token ids without <bos>/<eos>, in batch order.
-    """
+def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: float,
+                        max_len_b: int, min_len: int, prefixes, use_cache: bool
+                        ) -> list[list[int]]:
     config = model.config
-    src_mask = model.src_mask(src)
-    memory = model.encode(src, src_mask)
+    steps = DecoderSteps(model, src, use_cache=use_cache)
     batch = src.shape[0]
-    limits = max_output_lengths(src_mask.view(batch, -1).sum(-1), max_len_a, max_len_b,
-                                config.max_positions)
+    forced, forced_len = forced_prefix(prefixes, batch, src.device)
+    limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
+    limits = torch.maximum(limits, forced_len)
     out = torch.full((batch, int(limits.max())), config.pad_id, dtype=torch.long)
-    lengths = limits.clone()
-    active = torch.arange(batch)  # which sentences the rows of the decoder's batch are
-    tokens = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src.device)
-    cache = model.new_cache()
+    lengths = limits.clone().cpu()
+    active = torch.arange(batch, device=src.device)  # the sentence of each decoder row
     for step in range(int(limits.max())):
-        logits = model.decode(tokens, memory, src_mask, cache=cache)[:, -1]  # (b, V)
+        log_probs = steps.log_probs()
         if step < min_len:
-            logits[:, config.eos_id] = float("-inf")
-        best = logits.argmax(-1)
-        finished = best.eq(config.eos_id).cpu()
-        best_cpu = best.cpu()
-        out[active, step] = best_cpu.masked_fill(finished, config.pad_id)
-        lengths[active[finished]] = step
+            log_probs[:, config.eos_id] = float("-inf")
+        tokens = choose(log_probs)
+        if step < forced.shape[1]:
+            rows = step < forced_len[active]
+            tokens = torch.where(rows, forced[active, min(step, forced.shape[1] - 1)], tokens)
+        finished = tokens.eq(config.eos_id)
+        active_cpu = active.cpu()
+        out[active_cpu, step] = tokens.masked_fill(finished, config.pad_id).cpu()
+        lengths[active_cpu[finished.cpu()]] = step
         finished |= (step + 1) >= limits[active]
         if finished.all():
             break
+        steps.append(tokens)
         if finished.any():  # drop finished sentences from the decoder's batch
             keep = (~finished).nonzero().squeeze(1)
             active = active[keep]
-            keep = keep.to(src.device)
-            cache.select(keep)
-            memory, src_mask, best = memory[keep], src_mask[keep], best[keep]
-        tokens = best[:, None]
+            steps.select(keep)
     return [out[i, : int(lengths[i])].tolist() for i in range(batch)]

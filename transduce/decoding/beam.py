@@ -1,0 +1,132 @@
+"""Batched beam search with GNMT length normalisation, on the key/value cache.
+
+Each sentence keeps `beam_size` live hypotheses. At every step the 2k best one-token extensions
+of a sentence's beams are ranked by total log-probability: an extension ending in <eos> among
+the top k becomes a finished hypothesis, scored by log p(y) / lp(|y|) with
+lp(n) = ((5 + n) / 6)^alpha; the k best others continue. A sentence is done only when it holds
+k finished hypotheses and no live one can still beat the worst of them (its log-probability can
+only fall, while lp grows with length up to the sentence's maximum). The best finished
+hypothesis is returned, whatever its length or when it finished; done sentences leave the
+decoder's batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
+from transduce.model.transformer import Transformer
+
+
+@dataclass(frozen=True, order=True)
+class Hypothesis:
+    score: float  # log p(y) / lp(|y|): what hypotheses are ranked by
+    log_prob: float  # log p(y | x), <eos> included
+    tokens: tuple[int, ...]  # without <bos> and <eos>
+
+
+def length_penalty(length: int | Tensor, alpha: float):
+    """GNMT's lp(|y|) = ((5 + |y|) / 6)^alpha; |y| counts the output tokens with <eos>."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
+                length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
+                min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
+                use_cache: bool = True) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses of each source in src (B, S), best first."""
+    config = model.config
+    eos, k, alpha = config.eos_id, beam_size, length_penalty_alpha
+    if not 1 <= nbest <= k:
+        raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
+    batch, device = src.shape[0], src.device
+    steps = DecoderSteps(model, src.repeat_interleave(k, dim=0), use_cache=use_cache)
+    forced, forced_len = forced_prefix(prefixes, batch, device)
+    limits = max_output_lengths(steps.src_lengths[::k], max_len_a, max_len_b,
+                                config.max_positions)
+    limits = torch.maximum(limits, forced_len)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the k best
+    active = torch.arange(batch, device=device)  # the sentence of each group of k rows
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start equal: keep one, or the first step picks duplicates
+    tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # outputs so far
+    for step in range(int(limits.max()) + 1):
+        n = len(active)
+        log_probs = steps.log_probs().view(n, k, -1)  # (n, k, V)
+        vocab = log_probs.shape[-1]
+        if step < min_len:
+            log_probs[..., eos] = float("-inf")
+        at_limit = step >= limits[active]  # only <eos> may follow
+        log_probs[at_limit] = log_probs[at_limit].masked_fill(
+            torch.arange(vocab, device=device) != eos, float("-inf"))
+        if step < forced.shape[1]:  # only the forced token may follow
+            rows = step < forced_len[active]
+            allowed = forced[active, step].clamp(min=0)
+            keep = torch.nn.functional.one_hot(allowed, vocab).bool()[:, None, :]
+            log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
+        candidates = (scores[:, :, None] + log_probs).view(n, k * vocab)
+        top_scores, top = candidates.topk(2 * k, dim=1)  # (n, 2k), best first
+        beam, token = top // vocab, top % vocab
+        is_eos = token.eq(eos) & top_scores.isfinite()
+
+        # finished hypotheses: <eos> among a sentence's top k candidates
+        hits = (is_eos[:, :k]).nonzero().tolist()
+        if hits:
+            prefix = tokens.view(n, k, -1)
+            for row, rank in hits:
+                _add(finished[int(active[row])], k, Hypothesis(
+                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha),
+                    float(top_scores[row, rank]),
+                    tuple(prefix[row, beam[row, rank]].tolist())))
+
+        # the k best extensions that go on (there are at least k among 2k: one <eos> per beam)
+        order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
+        scores = top_scores.gather(1, order)
+        beam, token = beam.gather(1, order), token.gather(1, order)
+        rows = (torch.arange(n, device=device)[:, None] * k + beam).view(-1)
+        tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
+        steps.select(rows)
+        steps.append(token.view(-1))
+
+        done = _done(finished, active, scores, limits, step, k, alpha)
+        if done.all():
+            break
+        if done.any():
+            keep = (~done).nonzero().squeeze(1)
+            active, scores = active[keep], scores[keep]
+            rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            tokens = tokens.index_select(0, rows)
+            steps.select(rows)
+    return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
+
+
+def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
+    if len(heap) < k:
+        heapq.heappush(heap, hypothesis)
+    elif hypothesis > heap[0]:
+        heapq.heapreplace(heap, hypothesis)
+
+
+def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, k: int,
+          alpha: float) -> Tensor:
+    """Sentences with k finished hypotheses that no live beam can still beat."""
+    done = torch.zeros(len(active), dtype=torch.bool)
+    best_live = scores.max(dim=1).values.tolist()  # log-probabilities: they only fall
+    for row, sentence in enumerate(active.tolist()):
+        heap = finished[sentence]
+        if len(heap) < k:
+            continue
+        if best_live[row] == float("-inf"):
+            done[row] = True
+            continue
+        # the best a live beam can reach: its log-prob now, over the largest (alpha >= 0) or
+        # smallest (alpha < 0) length penalty still possible
+        longest = int(limits[sentence]) + 1
+        length = longest if alpha >= 0 else step + 2
+        done[row] = best_live[row] / length_penalty(length, alpha) <= heap[0].score
+    return done.to(scores.device)
