@@ -9,8 +9,10 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from transduce.api import resume, train  # noqa: E402
+from transduce.decoding.translator import Translation, Translator  # noqa: E402
 from transduce.model import ModelConfig, Transformer  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["ModelConfig", "Transformer", "__version__", "resume", "train"]
+__all__ = ["ModelConfig", "Transformer", "Translation", "Translator", "__version__", "resume",
+           "train"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from transduce import __version__
 from transduce.config import load_config
 from transduce.data.config import DataConfig
+from transduce.errors import UserError
 from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce.training.trainer import TrainingError
 
@@ -90,6 +91,103 @@ def _plot(args: argparse.Namespace) -> None:
     print(plot_training(Path(args.run_dir), Path(args.output) if args.output else None))
 
 
+def _read_input(path: str | None) -> list[str]:
+    """Lines of a file or stdin; invalid UTF-8 is an error naming the line."""
+    from transduce.data.corpus import read_lines
+
+    if path:
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            return []
+        return list(read_lines(Path(path)))
+    lines = []
+    for n, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as error:
+            raise UserError(f"<stdin>:{n}: invalid UTF-8 at byte {error.start} of the line"
+                            ) from None
+    return lines
+
+
+def _search_options(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in dict(
+        beam_size=args.beam, length_penalty=args.lenpen, max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens).items()
+        if v is not None}
+
+
+def _translate(args: argparse.Namespace) -> None:
+    from transduce.decoding.translator import Translator
+
+    translator = Translator.load(args.model, device=args.device)
+    options = _search_options(args)
+    if args.sample:
+        options.update(sampling=True, temperature=args.temperature, top_k=args.top_k,
+                       top_p=args.top_p, seed=args.seed)
+    if args.interactive:
+        print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
+        for line in sys.stdin:
+            print(translator.translate([line.rstrip("\n")], **options)[0], flush=True)
+        return
+    lines = _read_input(args.input)
+    results = translator.translate_detailed(lines, nbest=args.nbest,
+                                            attention=bool(args.attention),
+                                            progress=bool(args.input) and sys.stderr.isatty(),
+                                            **options)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        for n, result in enumerate(results):
+            if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
+                for text, score in result.nbest:
+                    out.write(f"{n} ||| {text} ||| {score:.4f}\n")
+            else:
+                out.write(result.text + "\n")
+    finally:
+        if args.output:
+            out.close()
+    if args.attention:
+        from transduce.visualize.attention import save_attention_maps
+
+        written = save_attention_maps(results, Path(args.attention), layer=args.layer,
+                                      heads=args.heads)
+        print(f"{written} attention maps -> {args.attention}", file=sys.stderr)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    import sacrebleu
+
+    from transduce.decoding.translator import Translator
+
+    sources, references = _read_input(args.src), _read_input(args.ref)
+    if len(sources) != len(references):
+        raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
+                        f"has {len(references)}")
+    translator = Translator.load(args.model, device=args.device)
+    start = time.perf_counter()
+    hypotheses = translator.translate(sources, progress=sys.stderr.isatty(),
+                                      **_search_options(args))
+    seconds = time.perf_counter() - start
+    if args.output:
+        Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    bleu = sacrebleu.BLEU(lowercase=args.lowercase)
+    chrf = sacrebleu.CHRF(lowercase=args.lowercase)
+    print(f"{bleu.corpus_score(hypotheses, [references])}  {bleu.get_signature()}")
+    print(f"{chrf.corpus_score(hypotheses, [references])}  {chrf.get_signature()}")
+    print(f"{len(sources)} sentences in {seconds:.1f} s ({len(sources) / seconds:.1f} "
+          f"sentences/s)")
+
+
+def _add_search_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a run directory of transduce train")
+    parser.add_argument("--beam", type=int, help="beam size (1: greedy; default: decode.beam_size)")
+    parser.add_argument("--lenpen", type=float, help="length penalty alpha (GNMT)")
+    parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")
+    parser.add_argument("--max-len-b", type=int)
+    parser.add_argument("--min-len", type=int)
+    parser.add_argument("--max-tokens", type=int, help="source tokens per batch")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
+
+
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
                         aliases: dict | None = None, defaults: dict | None = None) -> None:
     """One --option per field of a config dataclass, named after it, typed like it."""
@@ -163,6 +261,37 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("-o", "--output", help="PNG file (default: RUN_DIR/curves.png)")
     plot.set_defaults(run=_plot)
+
+    translate = commands.add_parser(
+        "translate", help="translate lines from a file or stdin",
+        description="One output line per input line (an empty line gives an empty line); with "
+                    "--nbest N, N lines per input in Moses format: id ||| text ||| score.")
+    _add_search_options(translate)
+    translate.add_argument("-i", "--input", help="input file (default: stdin)")
+    translate.add_argument("-o", "--output", help="output file (default: stdout)")
+    translate.add_argument("--nbest", type=int, default=1)
+    translate.add_argument("--interactive", action="store_true", help="translate as you type")
+    translate.add_argument("--sample", action="store_true", help="sample instead of searching")
+    translate.add_argument("--temperature", type=float, default=1.0)
+    translate.add_argument("--top-k", type=int, default=0)
+    translate.add_argument("--top-p", type=float, default=1.0)
+    translate.add_argument("--seed", type=int, default=None)
+    translate.add_argument("--attention", metavar="DIR",
+                           help="write one cross-attention heatmap (PNG) per sentence here")
+    translate.add_argument("--layer", type=int, default=-1,
+                           help="decoder layer of the heatmaps (default: the last)")
+    translate.add_argument("--heads", action="store_true",
+                           help="a grid of every head instead of their average")
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="translate a test set and score it: sacreBLEU BLEU and chrF")
+    _add_search_options(evaluate)
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations")
+    evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
+    evaluate.add_argument("-o", "--output", help="also write the translations here")
+    evaluate.set_defaults(run=_evaluate)
     return parser
 
 

@@ -49,6 +49,11 @@ class ModelSection:
         except ValueError as error:
             raise UserError(str(error)) from None
 
+    @property
+    def max_positions(self) -> int:
+        return self.settings.get("max_positions", PRESETS[self.preset].get(
+            "max_positions", ModelConfig.max_positions))
+
     def to_dict(self) -> dict:
         return {"preset": self.preset, **self.settings}
 

@@ -42,11 +42,14 @@ class PreparedData:
     valid_corpus: object | None  # the raw validation text, for BLEU against references
 
 
-def prepare(config: DataConfig, directory: Path,
-            tokenizers: Tokenizers | None = None) -> PreparedData:
+def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None = None, *,
+            max_positions: int | None = None) -> PreparedData:
     """Tokenizers (learnt from the training split unless given, then saved in `directory`) and
     the binarized splits under `directory`/data, reused while data and tokenizers are unchanged.
+
+    max_positions: the model's; longer pairs are skipped (and counted) in both splits.
     """
+    limit = None if max_positions is None else max_positions - 1  # room for <bos>/<eos>
     directory = Path(directory)
     train_corpus, valid_corpus = corpus(config, "train"), corpus(config, "valid")
     if tokenizers is None:
@@ -58,10 +61,11 @@ def prepare(config: DataConfig, directory: Path,
             min_freq=config.min_freq)
         tokenizers.save(directory)
     train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
-                     pair_filter=PairFilter(max_length=config.max_length,
+                     pair_filter=PairFilter(max_length=min(config.max_length, limit or
+                                                           config.max_length),
                                             max_length_ratio=config.max_length_ratio))
     valid = None
-    if valid_corpus is not None:  # every validation pair counts, however long or odd
+    if valid_corpus is not None:  # every validation pair counts, however odd, if it fits
         valid = binarize(valid_corpus, tokenizers, directory / "data" / "valid", name="valid",
-                         pair_filter=PairFilter(max_length=None, max_length_ratio=None))
+                         pair_filter=PairFilter(max_length=limit, max_length_ratio=None))
     return PreparedData(tokenizers, train, valid, valid_corpus)

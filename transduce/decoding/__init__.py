@@ -1,5 +1,6 @@
 """Search: from a source sentence to the most likely translation."""
 
-from transduce.decoding.greedy import greedy_search
+from transduce.decoding.beam import Hypothesis, beam_search
+from transduce.decoding.greedy import greedy_search, sample
 
-__all__ = ["greedy_search"]
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "sample"]

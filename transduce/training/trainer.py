@@ -68,7 +68,8 @@ class Trainer:
             torch.set_num_threads(train.threads)
         self.device = _device(train.device)
         torch.manual_seed(train.seed)
-        self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers)
+        self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
+                                    max_positions=config.model.max_positions)
         tok = self.data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)

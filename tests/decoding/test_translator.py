@@ -1,0 +1,95 @@
+import subprocess
+import sys
+
+import pytest
+
+from transduce.cli import main
+from transduce.config import load_config
+from transduce.decoding.translator import Translator
+from transduce.errors import UserError
+from transduce.training.trainer import Trainer
+
+from ..training.test_trainer import FAST
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("model") / "run"
+    config = load_config(overrides=[*FAST, "train.max_updates=30", "model.max_positions=40"])
+    Trainer(config, run).train()
+    return run
+
+
+def test_translate_keeps_order_and_empty_lines(run_dir):
+    translator = Translator.load(run_dir)
+    sentences = ["seven", "", "one hundred and two", "  ", "seven"]
+    out = translator.translate(sentences, beam_size=3)
+    assert len(out) == 5 and out[1] == "" and out[3] == ""
+    assert out[0] == out[4]
+    alone = [translator.translate([s], beam_size=3)[0] for s in sentences]
+    assert alone == out
+
+
+def test_nbest_scores_and_attention(run_dir):
+    translator = Translator.load(run_dir)
+    [t] = translator.translate_detailed(["forty-two"], beam_size=4, nbest=3, attention=True)
+    assert len(t.nbest) == 3
+    assert [s for _, s in t.nbest] == sorted((s for _, s in t.nbest), reverse=True)
+    layers, heads, n_tgt, n_src = t.attention.shape
+    assert (n_tgt, n_src) == (len(t.tgt_pieces), len(t.src_pieces))
+    assert t.attention.sum(-1).allclose(t.attention.new_ones(layers, heads, n_tgt))
+
+
+def test_too_long_line_is_truncated_with_a_warning_naming_it(run_dir, caplog):
+    translator = Translator.load(run_dir)
+    long = " ".join(["seven"] * 60)
+    out = translator.translate(["one", long])
+    assert len(out) == 2
+    assert "line 2:" in caplog.text and "truncated" in caplog.text
+
+
+def test_cli_translate_file_with_empty_lines(run_dir, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("seven\n\nninety-nine\n\n")
+    assert main(["translate", "--model", str(run_dir), "-i", str(src), "-o",
+                 str(tmp_path / "out.txt"), "--beam", "2"]) == 0
+    lines = (tmp_path / "out.txt").read_text().split("\n")
+    assert len(lines) == 5 and lines[1] == "" and lines[3] == "" and lines[4] == ""
+
+
+def test_cli_translate_attention_maps(run_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("seven\neight hundred\n")
+    assert main(["translate", "--model", str(run_dir), "-i", str(src), "-o",
+                 str(tmp_path / "out.txt"), "--attention", str(tmp_path / "maps"),
+                 "--heads"]) == 0
+    maps = sorted((tmp_path / "maps").glob("*.png"))
+    assert [m.name for m in maps] == ["attention_0001.png", "attention_0002.png"]
+    assert all(m.stat().st_size > 5000 for m in maps)
+
+
+def test_cli_invalid_utf8_names_the_line(run_dir, tmp_path):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"seven\neight \xff\n")
+    result = subprocess.run([sys.executable, "-m", "transduce", "translate", "--model",
+                             str(run_dir), "-i", str(src)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert f"{src}:2: invalid UTF-8" in result.stderr
+    stdin = subprocess.run([sys.executable, "-m", "transduce", "translate", "--model",
+                            str(run_dir)], input=b"ok\n\xc3(\n", capture_output=True)
+    assert stdin.returncode == 2 and b"<stdin>:2: invalid UTF-8" in stdin.stderr
+
+
+def test_cli_evaluate_prints_bleu_and_chrf_with_signatures(run_dir, tmp_path, capsys):
+    (tmp_path / "src").write_text("seven\nninety-nine\n")
+    (tmp_path / "ref").write_text("sieben\nneunundneunzig\n")
+    assert main(["evaluate", "--model", str(run_dir), "--src", str(tmp_path / "src"),
+                 "--ref", str(tmp_path / "ref"), "--lowercase"]) == 0
+    out = capsys.readouterr().out
+    assert "BLEU = " in out and "nrefs:1|case:lc|eff:no|tok:13a" in out
+    assert "chrF2 = " in out and "case:lc" in out
+
+
+def test_not_a_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="not a model directory"):
+        Translator.load(tmp_path)

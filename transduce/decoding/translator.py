@@ -1,0 +1,170 @@
+"""Translate text with a trained model: `Translator.load(run_dir).translate(sentences)`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from transduce.config import load_config
+from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.beam import Hypothesis, beam_search
+from transduce.decoding.greedy import greedy_search, sample
+from transduce.errors import UserError
+from transduce.model.transformer import Transformer
+from transduce.training import checkpoint as ckpt
+from transduce.training.config import DecodeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translation:
+    """One source sentence's result: n-best (text, score), best first."""
+
+    source: str
+    nbest: list[tuple[str, float]]
+    src_pieces: list[str] | None = None
+    tgt_pieces: list[str] | None = None  # of the best, ending with <eos>
+    attention: Tensor | None = None  # cross-attention of the best: (layers, heads, T, S)
+
+    @property
+    def text(self) -> str:
+        return self.nbest[0][0] if self.nbest else ""
+
+
+class Translator:
+    """A model with its tokenizers and search settings."""
+
+    def __init__(self, model: Transformer, tokenizers: Tokenizers,
+                 decode: DecodeConfig | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizers = tokenizers
+        self.decode = decode or DecodeConfig()
+
+    @classmethod
+    def load(cls, model_dir: str | Path, *, device: str = "auto",
+             checkpoint: str | Path | None = None) -> Translator:
+        """The model of a run directory: its averaged checkpoint if any, else its best."""
+        model_dir = Path(model_dir)
+        if not (model_dir / "config.yaml").is_file():
+            raise UserError(f"{model_dir}: not a model directory (no config.yaml)")
+        config = load_config(model_dir / "config.yaml")
+        tokenizers = Tokenizers.load(model_dir)
+        model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
+                                            shared_vocab=tokenizers.shared)
+        model = Transformer(model_config)
+        ckpt.load_weights(model, Path(checkpoint) if checkpoint else
+                          ckpt.model_checkpoint(model_dir))
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        return cls(model.to(device), tokenizers, config.decode)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def translate(self, sentences: Iterable[str], **options) -> list[str]:
+        """Detokenized best translations, one per sentence (options: see `translate_detailed`)."""
+        return [t.text for t in self.translate_detailed(sentences, **options)]
+
+    def translate_detailed(self, sentences: Iterable[str], *, beam_size: int | None = None,
+                           nbest: int = 1, length_penalty: float | None = None,
+                           max_len_a: float | None = None, max_len_b: int | None = None,
+                           min_len: int | None = None, max_tokens: int | None = None,
+                           sampling: bool = False, temperature: float = 1.0, top_k: int = 0,
+                           top_p: float = 1.0, seed: int | None = None,
+                           prefixes: list[str] | None = None, attention: bool = False,
+                           progress: bool = False) -> list[Translation]:
+        """Translations with n-best scores, and optionally the cross-attention of the best.
+
+        Sentences are batched by `max_tokens` source tokens, longest first, and returned in
+        input order. An empty sentence gives an empty translation. Beam size 1 is greedy search;
+        `sampling` draws (temperature, top-k, top-p) instead of searching. `prefixes` force the
+        start of each translation.
+        """
+        decode = replace(self.decode, **{k: v for k, v in dict(
+            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+            max_len_b=max_len_b, min_len=min_len, max_tokens=max_tokens).items() if v is not None})
+        sentences = list(sentences)
+        sources = [self._encode_source(s, i) for i, s in enumerate(sentences)]
+        forced = ([self.tokenizers.tgt.encode(p) if p else [] for p in prefixes]
+                  if prefixes else None)
+        if forced is not None and len(forced) != len(sentences):
+            raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences")
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        results: list[Translation | None] = [None] * len(sentences)
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        for i in set(range(len(sentences))) - set(todo):
+            results[i] = Translation(sentences[i], [("", 0.0)])
+        bar = tqdm(total=len(todo), unit="sent", disable=not progress)
+        for batch in self._batches(todo, sources, decode.max_tokens):
+            src = self._pad([sources[i] for i in batch])
+            batch_prefixes = [forced[i] for i in batch] if forced else None
+            kw = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
+                      min_len=decode.min_len, prefixes=batch_prefixes)
+            if sampling:
+                outputs = [[Hypothesis(0.0, 0.0, tuple(o))] for o in sample(
+                    self.model, src, temperature=temperature, top_k=top_k, top_p=top_p,
+                    generator=generator, **kw)]
+            elif decode.beam_size == 1 and nbest == 1:
+                outputs = [[Hypothesis(0.0, 0.0, tuple(o))] for o in
+                           greedy_search(self.model, src, **kw)]
+            else:
+                outputs = beam_search(self.model, src, beam_size=max(decode.beam_size, nbest),
+                                      length_penalty_alpha=decode.length_penalty, nbest=nbest,
+                                      **kw)
+            for i, hyps in zip(batch, outputs, strict=True):
+                results[i] = self._result(sentences[i], sources[i], hyps, attention)
+            bar.update(len(batch))
+        bar.close()
+        return results
+
+    def _encode_source(self, sentence: str, index: int) -> list[int]:
+        ids = self.tokenizers.src.encode(sentence)
+        limit = self.model.config.max_positions - 1  # room for <eos>
+        if len(ids) > limit:
+            log.warning("line %d: %d tokens, truncated to the model's %d", index + 1, len(ids),
+                        limit)
+            ids = ids[:limit]
+        return [*ids, self.model.config.eos_id]
+
+    @staticmethod
+    def _batches(todo: list[int], sources: list[list[int]], max_tokens: int) -> Iterator[list]:
+        order = sorted(todo, key=lambda i: -len(sources[i]))
+        batch: list[int] = []
+        for i in order:
+            width = len(sources[batch[0]]) if batch else len(sources[i])
+            if batch and (len(batch) + 1) * width > max_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _pad(self, rows: list[list[int]]) -> Tensor:
+        width = max(map(len, rows))
+        pad = self.model.config.pad_id
+        return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
+
+    def _result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
+                attention: bool) -> Translation:
+        decode = self.tokenizers.tgt.decode
+        result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps])
+        if attention and hyps:
+            best = list(hyps[0].tokens)
+            config = self.model.config
+            src = torch.tensor([source], device=self.device)
+            tgt = torch.tensor([[config.bos_id, *best]], device=self.device)
+            with torch.no_grad():
+                memory = self.model.encode(src)
+                _, weights = self.model.decode_with_attention(tgt, memory, None)
+            result.attention = weights[:, 0].cpu()  # (L, H, T, S)
+            result.src_pieces = self.tokenizers.src.pieces(source)
+            result.tgt_pieces = [*self.tokenizers.tgt.pieces(best), "<eos>"]
+        return result
