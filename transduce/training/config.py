@@ -33,8 +33,10 @@ class TrainConfig:
     threads: int = 0  # CPU threads for PyTorch (0: its default)
     validate_every: int = 1000  # updates between validations (0: only at the end)
     bleu: bool = True  # compute BLEU on the validation split (else loss only)
+    valid_beam_size: int = 1  # search for validation BLEU: 1 = greedy (fast), else beam
     patience: int = 0  # stop after this many validations without a better BLEU (0: never)
     keep_checkpoints: int = 3  # keep the last K update checkpoints (plus the best)
+    save_every: int = 0  # updates between checkpoints besides those at validations (0: none)
     log_every: int = 100  # updates between log lines
     max_bad_updates: int = 20  # stop after this many consecutive non-finite losses
 
@@ -46,10 +48,12 @@ class TrainConfig:
             raise UserError(f"train.precision must be one of {PRECISIONS}, got "
                             f"{self.precision!r}")
         for name in ("max_updates", "max_epochs", "warmup", "threads", "validate_every",
+                     "save_every",
                      "patience", "max_time", "clip_norm", "weight_decay"):
             if getattr(self, name) < 0:
                 raise UserError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("accumulate", "keep_checkpoints", "log_every", "max_bad_updates"):
+        for name in ("accumulate", "keep_checkpoints", "log_every", "max_bad_updates",
+                     "valid_beam_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.lr_scale <= 0:

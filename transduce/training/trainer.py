@@ -9,7 +9,7 @@ import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -156,6 +156,8 @@ class Trainer:
                     if self._validate_and_save(writer):
                         reason = "early stopping"
                         break
+                elif cfg.save_every and p.update % cfg.save_every == 0:
+                    self._save(best=False)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -286,7 +288,8 @@ class Trainer:
         references = self.references() if cfg.train.bleu else None
         return validate(self.model, self.data.valid, references, self.data.tokenizers,
                         max_tokens=cfg.data.max_tokens, label_smoothing=cfg.train.label_smoothing,
-                        decode=cfg.decode, device=self.device, autocast=self._autocast)
+                        decode=replace(cfg.decode, beam_size=cfg.train.valid_beam_size),
+                        device=self.device, autocast=self._autocast)
 
     def references(self) -> list[str]:
         if self._references is None:

@@ -12,6 +12,7 @@ import torch
 from transduce.data.batching import TokenBatches, collate
 from transduce.data.binarize import TokenizedCorpus
 from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.beam import beam_search
 from transduce.decoding.greedy import greedy_search
 from transduce.model.transformer import Transformer
 from transduce.training.config import DecodeConfig
@@ -64,15 +65,22 @@ def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | 
 
 def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Tokenizers, *,
                      decode: DecodeConfig, device: torch.device, autocast) -> list[str]:
-    """Detokenized greedy translations of every source of `data`, in corpus order."""
+    """Detokenized translations of every source of `data` (greedy when decode.beam_size is 1,
+    else beam search), in corpus order."""
     out: list[str | None] = [None] * len(data)
     batches = TokenBatches(data.src_lengths, np.zeros_like(data.src_lengths), decode.max_tokens,
                            shuffle=False).epoch(0)
     for ids in batches:
         batch = collate(data, ids).to(device)
+        limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
+                      min_len=decode.min_len)
         with autocast():
-            outputs = greedy_search(model, batch.src, max_len_a=decode.max_len_a,
-                                    max_len_b=decode.max_len_b, min_len=decode.min_len)
+            if decode.beam_size == 1:
+                outputs = greedy_search(model, batch.src, **limits)
+            else:
+                outputs = [hyps[0].tokens for hyps in beam_search(
+                    model, batch.src, beam_size=decode.beam_size,
+                    length_penalty_alpha=decode.length_penalty, **limits)]
         for i, tokens in zip(ids.tolist(), outputs, strict=True):
             out[i] = tokenizers.tgt.decode(tokens)
     return out
