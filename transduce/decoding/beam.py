@@ -29,17 +29,22 @@ class Hypothesis:
     tokens: tuple[int, ...]  # without <bos> and <eos>
 
 
-def length_penalty(length: int | Tensor, alpha: float):
-    """GNMT's lp(|y|) = ((5 + |y|) / 6)^alpha; |y| counts the output tokens with <eos>."""
-    return ((5 + length) / 6) ** alpha
+def length_penalty(length: int | Tensor, alpha: float, form: str = "gnmt"):
+    """GNMT's lp(|y|) = ((5 + |y|) / 6)^alpha, or with form="power" |y|^alpha (the form of
+    Hugging Face generate() and CTranslate2); |y| counts the output tokens with <eos>."""
+    return (((5 + length) / 6) if form == "gnmt" else length) ** alpha
 
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
                 length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
                 min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
+                length_normalization: str = "gnmt",
                 use_cache: bool = True) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each source in src (B, S), best first."""
+    if length_normalization not in ("gnmt", "power"):
+        raise ValueError(f"length_normalization must be 'gnmt' or 'power', got "
+                         f"{length_normalization!r}")
     config = model.config
     eos, k, alpha = config.eos_id, beam_size, length_penalty_alpha
     if not 1 <= nbest <= k:
@@ -80,7 +85,8 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
             prefix = tokens.view(n, k, -1)
             for row, rank in hits:
                 _add(finished[int(active[row])], k, Hypothesis(
-                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha),
+                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha,
+                                                                  length_normalization),
                     float(top_scores[row, rank]),
                     tuple(prefix[row, beam[row, rank]].tolist())))
 
@@ -93,7 +99,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         steps.select(rows)
         steps.append(token.view(-1))
 
-        done = _done(finished, active, scores, limits, step, k, alpha)
+        done = _done(finished, active, scores, limits, step, k, alpha, length_normalization)
         if done.all():
             break
         if done.any():
@@ -113,7 +119,7 @@ def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
 
 
 def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, k: int,
-          alpha: float) -> Tensor:
+          alpha: float, form: str) -> Tensor:
     """Sentences with k finished hypotheses that no live beam can still beat."""
     done = torch.zeros(len(active), dtype=torch.bool)
     best_live = scores.max(dim=1).values.tolist()  # log-probabilities: they only fall
@@ -128,5 +134,5 @@ def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, k
         # smallest (alpha < 0) length penalty still possible
         longest = int(limits[sentence]) + 1
         length = longest if alpha >= 0 else step + 2
-        done[row] = best_live[row] / length_penalty(length, alpha) <= heap[0].score
+        done[row] = best_live[row] / length_penalty(length, alpha, form) <= heap[0].score
     return done.to(scores.device)

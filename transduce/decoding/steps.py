@@ -29,10 +29,18 @@ class DecoderSteps:
         return self.src_mask.view(self.src_mask.shape[0], -1).sum(-1)
 
     def log_probs(self) -> Tensor:
-        """log p(next token | source, prefix) for every row: (rows, V), fp32."""
+        """log p(next token | source, prefix) for every row: (rows, V), fp32; <pad> and <bos>
+        are never a translation's tokens, so they get -inf (the others keep the model's
+        log-probabilities, not renormalised)."""
         tokens = self.prefix[:, -1:] if self.cache is not None else self.prefix
         logits = self.model.decode(tokens, self.memory, self.src_mask, cache=self.cache)[:, -1]
-        return torch.log_softmax(logits.float(), dim=-1)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return log_probs.index_fill_(1, self._never, float("-inf"))
+
+    @property
+    def _never(self) -> Tensor:
+        config = self.model.config
+        return torch.tensor([config.pad_id, config.bos_id], device=self.prefix.device)
 
     def append(self, tokens: Tensor) -> None:
         """Extend every row's prefix by one token: (rows,)."""

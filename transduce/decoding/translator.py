@@ -77,6 +77,7 @@ class Translator:
                            nbest: int = 1, length_penalty: float | None = None,
                            max_len_a: float | None = None, max_len_b: int | None = None,
                            min_len: int | None = None, max_tokens: int | None = None,
+                           length_normalization: str | None = None,
                            sampling: bool = False, temperature: float = 1.0, top_k: int = 0,
                            top_p: float = 1.0, seed: int | None = None,
                            prefixes: list[str] | None = None, attention: bool = False,
@@ -90,7 +91,8 @@ class Translator:
         """
         decode = replace(self.decode, **{k: v for k, v in dict(
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-            max_len_b=max_len_b, min_len=min_len, max_tokens=max_tokens).items() if v is not None})
+            max_len_b=max_len_b, min_len=min_len, max_tokens=max_tokens,
+            length_normalization=length_normalization).items() if v is not None})
         sentences = list(sentences)
         sources = [self._encode_source(s, i) for i, s in enumerate(sentences)]
         forced = ([self.tokenizers.tgt.encode(p) if p else [] for p in prefixes]
@@ -118,7 +120,7 @@ class Translator:
             else:
                 outputs = beam_search(self.model, src, beam_size=max(decode.beam_size, nbest),
                                       length_penalty_alpha=decode.length_penalty, nbest=nbest,
-                                      **kw)
+                                      length_normalization=decode.length_normalization, **kw)
             for i, hyps in zip(batch, outputs, strict=True):
                 results[i] = self._result(sentences[i], sources[i], hyps, attention)
             bar.update(len(batch))

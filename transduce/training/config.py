@@ -74,6 +74,7 @@ class DecodeConfig:
 
     beam_size: int = 4  # 1: greedy search
     length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha
+    length_normalization: str = "gnmt"  # or "power": divided by |y|^alpha (HF, CTranslate2)
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
     max_len_b: int = 50
     min_len: int = 1  # tokens before <eos> is allowed
@@ -86,3 +87,6 @@ class DecodeConfig:
             raise UserError("decode.max_len_a, decode.max_len_b and decode.min_len must be >= 0")
         if self.max_tokens < 1:
             raise UserError(f"decode.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.length_normalization not in ("gnmt", "power"):
+            raise UserError(f"decode.length_normalization must be 'gnmt' or 'power', got "
+                            f"{self.length_normalization!r}")

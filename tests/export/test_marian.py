@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from transduce.decoding.beam import beam_search
+from transduce.decoding.greedy import greedy_search
+from transduce.export.marian import residual_permutation, to_marian
+from transduce.model.embeddings import sinusoidal_encoding
+
+from ..conftest import random_tokens, small_model
+
+pytest.importorskip("transformers")
+
+PAD, BOS, EOS = 1, 2, 3
+
+
+def test_the_permutation_maps_our_positions_onto_marians():
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+    theirs = MarianSinusoidalPositionalEmbedding(30, 16).create_weight()
+    ours = sinusoidal_encoding(30, 16)
+    torch.testing.assert_close(ours[:, residual_permutation(16)], theirs)
+
+
+def test_marian_gives_the_same_logits():
+    model = small_model(dropout=0.0, tie_output=True)
+    marian = to_marian(model)
+    src, tgt = random_tokens(3, 7), random_tokens(3, 5)
+    src[1, 4:] = PAD
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        ours = model(src, tgt)
+        theirs = marian(input_ids=src, attention_mask=(src != PAD).long(),
+                        decoder_input_ids=tgt).logits
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
+
+
+def _tied_model_that_stops():
+    """As tests/decoding's, with the output tied to the embeddings, as Marian needs."""
+    model = small_model()
+    outputs = greedy_search(model, random_tokens(8, 8), max_len_a=0, max_len_b=12)
+    frequent = torch.tensor([t for o in outputs for t in o]).mode().values
+    with torch.no_grad():
+        model.output.weight[EOS] = 1.01 * model.output.weight[frequent]
+    return model
+
+
+def test_generate_agrees_with_our_greedy_and_beam_search():
+    model = _tied_model_that_stops()
+    marian = to_marian(model)
+    src = random_tokens(5, 8)
+    src[2, 5:] = PAD
+    mask = (src != PAD).long()
+    kw = dict(max_new_tokens=10, min_new_tokens=1, suppress_tokens=[PAD, BOS],
+              decoder_start_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    with torch.no_grad():
+        hf_greedy = marian.generate(input_ids=src, attention_mask=mask, num_beams=1,
+                                    do_sample=False, **kw)
+        hf_beam = marian.generate(input_ids=src, attention_mask=mask, num_beams=4,
+                                  do_sample=False, length_penalty=0.6, early_stopping="never",
+                                  **kw)
+
+    def strip(row):
+        return [t for t in row.tolist()[1:] if t not in (PAD, EOS)]
+
+    ours_greedy = greedy_search(model, src, max_len_a=0, max_len_b=10)
+    ours_beam = [h[0].tokens for h in beam_search(
+        model, src, beam_size=4, max_len_a=0, max_len_b=10, length_penalty_alpha=0.6,
+        length_normalization="power")]
+    assert [strip(r) for r in hf_greedy] == ours_greedy
+    assert [tuple(strip(r)) for r in hf_beam] == ours_beam

@@ -1,0 +1,1 @@
+"""Export a trained model to other runtimes (Hugging Face transformers, CTranslate2)."""
