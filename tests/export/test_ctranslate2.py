@@ -1,0 +1,45 @@
+import pytest
+import torch
+
+from transduce.data.numbers import NumberWords
+from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.beam import beam_search
+from transduce.decoding.greedy import greedy_search
+from transduce.model import ModelConfig, Transformer
+
+from .test_marian import EOS
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+pytest.importorskip("transformers")
+
+
+def test_ctranslate2_translates_like_our_search(tmp_path):
+    from transduce.export.ctranslate2 import save_ctranslate2
+
+    corpus = NumberWords("train", sizes=(2000, 10, 10))
+    tokenizers = Tokenizers.train(corpus.pairs, vocab_size=300)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", src_vocab_size=300, tgt_vocab_size=300,
+                                           d_model=32, d_ff=48, n_heads=2,
+                                           n_encoder_layers=2, n_decoder_layers=2)).eval()
+    with torch.no_grad():  # make <eos> likely somewhere, so outputs end at different lengths
+        model.output.weight[EOS] = 1.01 * model.output.weight[200]
+    out = save_ctranslate2(model, tokenizers, tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    sources = [s for s, _ in list(corpus.pairs())[:12]]
+    ids = [tokenizers.src.encode(s) + [EOS] for s in sources]
+    pieces = [tokenizers.src.pieces(i) for i in ids]
+    width = max(map(len, ids))
+    src = torch.tensor([i + [1] * (width - len(i)) for i in ids])
+
+    greedy = translator.translate_batch(pieces, beam_size=1, max_decoding_length=12)
+    ours = greedy_search(model, src, max_len_a=0, max_len_b=12)
+    assert [tokenizers.tgt.pieces(o) for o in ours] == [r.hypotheses[0] for r in greedy]
+
+    beam = translator.translate_batch(pieces, beam_size=3, max_decoding_length=12,
+                                      length_penalty=0.0)
+    ours_beam = [h[0].tokens for h in beam_search(model, src, beam_size=3, max_len_a=0,
+                                                  max_len_b=12, length_penalty_alpha=0.0)]
+    same = sum(tokenizers.tgt.pieces(o) == r.hypotheses[0] for o, r in zip(ours_beam, beam,
+                                                                           strict=True))
+    assert same >= 11  # CTranslate2's own stopping rule may rarely pick another hypothesis

@@ -1,0 +1,57 @@
+"""Our model for CTranslate2, through its TransformersConverter and our Marian export.
+
+CTranslate2's Marian loader follows Marian-NMT's conventions, not ours: it starts the decoder
+from a zero vector (we start from the <bos> embedding) and drops a trailing <pad> row that our
+vocabulary does not have. While converting, its Marian loader is replaced by one that keeps
+everything else and starts from <bos> with the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from transduce.data.tokenizer import Tokenizers
+from transduce.export.marian import save_marian
+from transduce.model.transformer import Transformer
+
+
+def _loader():
+    from ctranslate2.converters import transformers as ct2
+
+    class OurMarianLoader(ct2.MarianMTLoader):
+        def get_model_spec(self, model):
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return ct2.BartLoader.get_model_spec(self, model)
+
+        def set_config(self, config, model, tokenizer):
+            ct2.BartLoader.set_config(self, config, model, tokenizer)  # starts from <bos>
+            config.bos_token = tokenizer.convert_ids_to_tokens(model.config.bos_token_id)
+            config.eos_token = tokenizer.eos_token
+            config.unk_token = tokenizer.unk_token
+
+        def set_decoder(self, spec, decoder):
+            ct2.BartLoader.set_decoder(self, spec, decoder)
+            spec.start_from_zero_embedding = False
+
+        def get_vocabulary(self, model, tokenizer):
+            return ct2.BartLoader.get_vocabulary(self, model, tokenizer)
+
+    return ct2, OurMarianLoader()
+
+
+def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
+                     quantization: str | None = None, hf_dir: Path | None = None) -> Path:
+    """A CTranslate2 model directory (quantization: None for fp32, "int8", ...)."""
+    ct2, loader = _loader()
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(hf_dir) if hf_dir else save_marian(model, tokenizers, Path(tmp) / "hf")
+        original = ct2._MODEL_LOADERS["MarianConfig"]
+        ct2._MODEL_LOADERS["MarianConfig"] = loader
+        try:
+            ct2.TransformersConverter(str(hf)).convert(str(out_dir), quantization=quantization,
+                                                       force=True)
+        finally:
+            ct2._MODEL_LOADERS["MarianConfig"] = original
+    return Path(out_dir)
