@@ -86,9 +86,20 @@ def _average(args: argparse.Namespace) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
+    if args.run_dir == "positional":
+        from transduce.visualize.positional import plot_positional
+
+        print(plot_positional(Path(args.output or "positional.png"), d_model=args.d_model))
+        return
     from transduce.visualize.curves import plot_training
 
     print(plot_training(Path(args.run_dir), Path(args.output) if args.output else None))
+
+
+def _quickstart(args: argparse.Namespace) -> None:
+    from transduce.quickstart import quickstart
+
+    quickstart(Path(args.run_dir), args.overrides)
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -257,10 +268,24 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--last", type=int, default=5, help="how many (default: 5)")
     average.set_defaults(run=_average)
 
-    plot = commands.add_parser("plot", help="draw a run's training curves as a PNG")
-    plot.add_argument("run_dir")
-    plot.add_argument("-o", "--output", help="PNG file (default: RUN_DIR/curves.png)")
+    plot = commands.add_parser(
+        "plot", help="draw a run's training curves, or the positional encoding, as a PNG",
+        description="transduce plot RUN_DIR: training curves; transduce plot positional: the "
+                    "sinusoidal encoding matrix and PE(p).PE(p+k) against k.")
+    plot.add_argument("run_dir", metavar="RUN_DIR|positional")
+    plot.add_argument("-o", "--output",
+                      help="PNG file (default: RUN_DIR/curves.png, or positional.png)")
+    plot.add_argument("--d-model", type=int, default=128, help="for positional (default: 128)")
     plot.set_defaults(run=_plot)
+
+    quick = commands.add_parser(
+        "quickstart", help="train on English->German number words and show the results",
+        description="Train the tiny model on the embedded number-words corpus (no download), "
+                    "translate held-out numbers, report exact match and BLEU, draw attention. "
+                    "key=value arguments override configs/quickstart.yaml.")
+    quick.add_argument("overrides", nargs="*", metavar="section.key=value")
+    quick.add_argument("--run-dir", default="runs/quickstart")
+    quick.set_defaults(run=_quickstart)
 
     translate = commands.add_parser(
         "translate", help="translate lines from a file or stdin",
@@ -300,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # argparse cannot take more positionals after an option: overrides placed after
     # --run-dir arrive here
-    if extra and (args.command != "train" or any("=" not in e or e.startswith("-")
-                                                  for e in extra)):
+    takes_overrides = args.command in ("train", "quickstart")
+    if extra and (not takes_overrides or any("=" not in e or e.startswith("-") for e in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides.extend(extra)

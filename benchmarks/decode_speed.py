@@ -1,0 +1,216 @@
+"""Decoding speed: transduce vs Hugging Face generate() and CTranslate2 on the same weights.
+
+Part 1, a trained model (default runs/m30k-en-de) on the 1,000 Multi30k test2016 English
+sentences, greedy and beam 5: target tokens/s, sentences/s, peak memory, and how many
+translations Hugging Face's independent search finds identical to ours (its length penalty form,
+|y|^alpha, on both sides; the same maximum length).
+Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
+64: the numbers of the issue's orientation table.
+
+Every engine runs in its own process (peak memory is per process), 2 threads, batches of 64
+sentences sorted by length.
+
+    python benchmarks/decode_speed.py                       # both parts
+    python benchmarks/decode_speed.py --part 2 --shapes tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
+                             Path(__file__).resolve().parents[2] / "shared" / "data"))
+ENGINES = ("transduce", "transduce-nocache", "hf", "ct2-fp32", "ct2-int8")
+
+
+def _batches(items: list, size: int):
+    order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+    for start in range(0, len(order), size):
+        yield order[start : start + size]
+
+
+def child(args) -> None:
+    """Translate the token-id lists of args.inputs with one engine; print a JSON result."""
+    import torch
+    torch.set_num_threads(args.threads)
+    spec = json.loads(Path(args.spec).read_text())
+    sources = spec["sources"]  # token ids, <eos> included
+    k, forced = spec["beam"], spec["forced"]
+    max_len, alpha = spec["max_len"], spec["alpha"]
+    min_len = max_len if forced else 1
+    outputs: list = [None] * len(sources)
+    model_dir = Path(spec["model_dir"])
+    start = time.perf_counter()
+    if args.engine.startswith("transduce"):
+        from transduce.decoding.beam import beam_search
+        from transduce.decoding.greedy import greedy_search
+        from transduce.model import ModelConfig, Transformer
+        from transduce.training.checkpoint import load_weights
+        model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
+        load_weights(model, model_dir / "model.safetensors")
+        model.eval()
+        use_cache = args.engine == "transduce"
+        start = time.perf_counter()
+        for batch in _batches(sources, 64):
+            width = max(len(sources[i]) for i in batch)
+            src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
+            kw = dict(max_len_a=0, max_len_b=max_len, min_len=min_len, use_cache=use_cache)
+            if k == 1:
+                result = greedy_search(model, src, **kw)
+            else:
+                result = [list(h[0].tokens) for h in beam_search(
+                    model, src, beam_size=k, length_penalty_alpha=alpha,
+                    length_normalization="power", **kw)]
+            for i, out in zip(batch, result, strict=True):
+                outputs[i] = out
+    elif args.engine == "hf":
+        from transformers import MarianMTModel
+        model = MarianMTModel.from_pretrained(model_dir / "hf").eval()
+        start = time.perf_counter()
+        for batch in _batches(sources, 64):
+            width = max(len(sources[i]) for i in batch)
+            src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
+            with torch.no_grad():
+                generated = model.generate(
+                    input_ids=src, attention_mask=(src != 1).long(), num_beams=k,
+                    do_sample=False, max_new_tokens=max_len + 1, min_new_tokens=min_len + 1
+                    if forced else 1, length_penalty=alpha, early_stopping="never",
+                    suppress_tokens=[1, 2], decoder_start_token_id=2, eos_token_id=3,
+                    pad_token_id=1)
+            for i, row in zip(batch, generated.tolist(), strict=True):
+                outputs[i] = [t for t in row[1:] if t not in (1, 3)]
+    else:
+        import ctranslate2
+        quantization = args.engine.split("-")[1]
+        translator = ctranslate2.Translator(str(model_dir / f"ct2-{quantization}"),
+                                            device="cpu", intra_threads=args.threads,
+                                            inter_threads=1)
+        pieces = json.loads((model_dir / "pieces.json").read_text())
+        index = {p: i for i, p in enumerate(pieces)}
+        start = time.perf_counter()
+        for batch in _batches(sources, 64):
+            results = translator.translate_batch(
+                [[pieces[t] for t in sources[i]] for i in batch], beam_size=k,
+                max_decoding_length=max_len + 1, min_decoding_length=min_len + 1
+                if forced else 1, length_penalty=alpha, max_batch_size=64)
+            for i, r in zip(batch, results, strict=True):
+                outputs[i] = [index[p] for p in r.hypotheses[0]]
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    tokens = sum(len(o) + 1 for o in outputs)  # + <eos>
+    print(json.dumps({"seconds": seconds, "tokens": tokens, "peak_mib": peak,
+                      "outputs": outputs}))
+
+
+def export(model, tokenizers, directory: Path) -> None:
+    """Our weights and config, the Hugging Face Marian copy, CTranslate2 fp32 and int8."""
+    from dataclasses import asdict
+
+    from transduce.export.ctranslate2 import save_ctranslate2
+    from transduce.export.marian import save_marian
+    from transduce.training.checkpoint import save_weights
+    directory.mkdir(parents=True, exist_ok=True)
+    save_weights(model, directory / "model.safetensors")
+    (directory / "model.json").write_text(json.dumps(asdict(model.config)))
+    save_marian(model, tokenizers, directory / "hf")
+    for quantization in ("fp32", "int8"):
+        save_ctranslate2(model, tokenizers, directory / f"ct2-{quantization}",
+                         quantization=None if quantization == "fp32" else quantization,
+                         hf_dir=directory / "hf")
+    pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
+    (directory / "pieces.json").write_text(json.dumps(pieces))
+
+
+def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
+                alpha: float, engines, threads: int) -> dict:
+    spec = directory / f"spec-{beam}-{forced}.json"
+    spec.write_text(json.dumps({"sources": sources, "beam": beam, "forced": forced,
+                                "max_len": max_len, "alpha": alpha,
+                                "model_dir": str(directory)}))
+    results = {}
+    for engine in engines:
+        done = subprocess.run([sys.executable, __file__, "--child", engine, "--spec", str(spec),
+                               "--threads", str(threads)], capture_output=True, text=True)
+        if done.returncode:
+            print(f"  {engine} failed: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+            continue
+        results[engine] = json.loads(done.stdout.strip().splitlines()[-1])
+    return results
+
+
+def table(title: str, results_by_search: dict, n: int, compare: bool = True) -> None:
+    print(f"\n{title}\n")
+    print("| engine | search | target tokens/s | sentences/s | peak memory | same as ours |")
+    print("|---|---|---|---|---|---|")
+    for search, results in results_by_search.items():
+        ours = results.get("transduce", {}).get("outputs")
+        for engine, r in results.items():
+            same = (f"{sum(a == b for a, b in zip(ours, r['outputs'], strict=True)) / n:.1%}"
+                    if ours and compare else "-")
+            print(f"| {engine} | {search} | {r['tokens'] / r['seconds']:,.0f} | "
+                  f"{n / r['seconds']:,.1f} | {r['peak_mib']:,.0f} MiB | {same} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="runs/m30k-en-de", help="trained run directory")
+    parser.add_argument("--src", default=str(SHARED / "multi30k" / "test_2016_flickr.en"))
+    parser.add_argument("--part", type=int, choices=(1, 2), nargs="+", default=[1, 2])
+    parser.add_argument("--shapes", nargs="+", default=["tiny", "base"])
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-len", type=int, default=64, help="part 1: output tokens at most")
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.engine = args.child
+        return child(args)
+
+    import torch
+
+    from transduce.decoding.translator import Translator
+    from transduce.model import ModelConfig, Transformer
+
+    translator = Translator.load(args.model, device="cpu")
+    tokenizers = translator.tokenizers
+    lines = Path(args.src).read_text(encoding="utf-8").splitlines()
+    sources = [tokenizers.src.encode(line) + [3] for line in lines]
+    print(f"torch {torch.__version__}, {args.threads} threads; sources: {args.src} "
+          f"({len(sources)} sentences)")
+    with tempfile.TemporaryDirectory() as tmp:
+        if 1 in args.part:
+            export(translator.model, tokenizers, Path(tmp) / "trained")
+            results = {f"beam {k}" if k > 1 else "greedy": run_engines(
+                Path(tmp) / "trained", sources, beam=k, forced=False, max_len=args.max_len,
+                alpha=args.alpha, engines=args.engines, threads=args.threads) for k in (1, 5)}
+            table(f"Part 1: trained model {args.model} ({translator.model.num_parameters():,} "
+                  f"parameters), max {args.max_len} tokens, length penalty |y|^{args.alpha}",
+                  results, len(sources))
+        if 2 in args.part:
+            for shape in args.shapes:
+                torch.manual_seed(0)
+                model = Transformer(ModelConfig.preset(shape, src_vocab_size=8000,
+                                                       tgt_vocab_size=8000)).eval()
+                export(model, tokenizers, Path(tmp) / shape)
+                subset = sources if shape == "tiny" else sources[:512]
+                results = {f"beam {k}" if k > 1 else "greedy": run_engines(
+                    Path(tmp) / shape, subset, beam=k, forced=True, max_len=16,
+                    alpha=1.0, engines=[e for e in args.engines
+                                        if shape == "tiny" or e != "transduce-nocache"],
+                    threads=args.threads) for k in (1, 5)}
+                table(f"Part 2: `{shape}` shape, random weights, every output 16 tokens, "
+                      f"{len(subset)} sentences", results, len(subset), compare=False)
+
+
+if __name__ == "__main__":
+    main()

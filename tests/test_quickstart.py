@@ -1,0 +1,26 @@
+"""`transduce quickstart` end to end, reduced to a few updates, and the plot commands."""
+
+from transduce.cli import main
+from transduce.quickstart import quickstart
+
+
+def test_quickstart_runs_end_to_end_and_draws_attention(tmp_path, capsys):
+    figures = quickstart(tmp_path / "q", ["train.max_updates=40", "data.numbers_train_size=3000",
+                                          "train.validate_every=0", "train.log_every=10"])
+    out = capsys.readouterr().out
+    assert "held-out numbers the model never saw (1,000)" in out and "exact match" in out
+    assert 0.0 <= figures["exact"] <= 1.0
+    png = figures["attention_png"].read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_quickstart_command_takes_overrides(tmp_path, capsys):
+    assert main(["quickstart", "--run-dir", str(tmp_path / "q"), "train.max_updates=5",
+                 "data.numbers_train_size=500", "train.validate_every=0"]) == 0
+    assert "exact match" in capsys.readouterr().out
+
+
+def test_plot_positional_writes_a_png(tmp_path):
+    assert main(["plot", "positional", "-o", str(tmp_path / "pe.png"), "--d-model", "64"]) == 0
+    png = (tmp_path / "pe.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
