@@ -7,6 +7,7 @@ from transduce.export.marian import residual_permutation, to_marian
 from transduce.model.embeddings import sinusoidal_encoding
 
 from ..conftest import random_tokens, small_model
+from ..decoding.test_greedy import _model_that_stops
 
 pytest.importorskip("transformers")
 
@@ -33,18 +34,8 @@ def test_marian_gives_the_same_logits():
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
 
 
-def _tied_model_that_stops():
-    """As tests/decoding's, with the output tied to the embeddings, as Marian needs."""
-    model = small_model()
-    outputs = greedy_search(model, random_tokens(8, 8), max_len_a=0, max_len_b=12)
-    frequent = torch.tensor([t for o in outputs for t in o]).mode().values
-    with torch.no_grad():
-        model.output.weight[EOS] = 1.01 * model.output.weight[frequent]
-    return model
-
-
 def test_generate_agrees_with_our_greedy_and_beam_search():
-    model = _tied_model_that_stops()
+    model = _model_that_stops(tie_output=True)  # Marian ties its output to the embeddings
     marian = to_marian(model)
     src = random_tokens(5, 8)
     src[2, 5:] = PAD
