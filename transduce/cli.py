@@ -70,7 +70,7 @@ def _train(args: argparse.Namespace) -> int:
         name = Path(args.config).stem if args.config else "run"
         trainer = Trainer(config, Path(args.run_dir or Path("runs") / name))
     trainer.train()
-    return 130 if trainer._stop_signal is not None else 0
+    return 130 if trainer.interrupted else 0
 
 
 def _average(args: argparse.Namespace) -> None:

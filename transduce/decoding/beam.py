@@ -96,7 +96,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         beam, token = beam.gather(1, order), token.gather(1, order)
         rows = (torch.arange(n, device=device)[:, None] * k + beam).view(-1)
         tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
-        steps.select(rows)
+        steps.reorder_beams(rows)  # within each sentence: its source side stays as it is
         steps.append(token.view(-1))
 
         done = _done(finished, active, scores, limits, step, k, alpha, length_normalization)

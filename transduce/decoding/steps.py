@@ -13,7 +13,8 @@ class DecoderSteps:
 
     With the cache (the default) each step feeds only the newest token; without it the whole
     prefix is fed every step (for checking the cache). `select(rows)` keeps, reorders or repeats
-    rows (beam search, finished sentences leaving the batch).
+    rows (finished sentences leaving the batch); `reorder_beams(rows)` moves rows only among
+    those of the same source, whose encoder output and cross-attention cache are the same.
     """
 
     def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
@@ -21,8 +22,11 @@ class DecoderSteps:
         self.src_mask = model.src_mask(src)
         self.memory = model.encode(src, self.src_mask)
         self.cache = model.new_cache() if use_cache else None
-        self.prefix = torch.full((src.shape[0], 1), model.config.bos_id, dtype=torch.long,
+        # the decoder's input: the newest token (with the cache) or the whole prefix
+        self.inputs = torch.full((src.shape[0], 1), model.config.bos_id, dtype=torch.long,
                                  device=src.device)
+        config = model.config
+        self._never = torch.tensor([config.pad_id, config.bos_id], device=src.device)
 
     @property
     def src_lengths(self) -> Tensor:
@@ -32,26 +36,30 @@ class DecoderSteps:
         """log p(next token | source, prefix) for every row: (rows, V), fp32; <pad> and <bos>
         are never a translation's tokens, so they get -inf (the others keep the model's
         log-probabilities, not renormalised)."""
-        tokens = self.prefix[:, -1:] if self.cache is not None else self.prefix
-        logits = self.model.decode(tokens, self.memory, self.src_mask, cache=self.cache)[:, -1]
+        logits = self.model.decode(self.inputs, self.memory, self.src_mask,
+                                   cache=self.cache)[:, -1]
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         return log_probs.index_fill_(1, self._never, float("-inf"))
 
-    @property
-    def _never(self) -> Tensor:
-        config = self.model.config
-        return torch.tensor([config.pad_id, config.bos_id], device=self.prefix.device)
-
     def append(self, tokens: Tensor) -> None:
         """Extend every row's prefix by one token: (rows,)."""
-        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)
+        if self.cache is not None:
+            self.inputs = tokens[:, None]
+        else:
+            self.inputs = torch.cat([self.inputs, tokens[:, None]], dim=1)
 
     def select(self, rows: Tensor) -> None:
         self.memory = self.memory.index_select(0, rows)
         self.src_mask = self.src_mask.index_select(0, rows)
-        self.prefix = self.prefix.index_select(0, rows)
+        self._reorder(rows, cross_attention=True)
+
+    def reorder_beams(self, rows: Tensor) -> None:
+        self._reorder(rows, cross_attention=False)
+
+    def _reorder(self, rows: Tensor, cross_attention: bool) -> None:
+        self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
-            self.cache.select(rows)
+            self.cache.select(rows, cross_attention=cross_attention)
 
 
 def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int,

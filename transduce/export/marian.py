@@ -117,9 +117,7 @@ def save_marian(model: Transformer, tokenizers: Tokenizers, out_dir: Path) -> Pa
     pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
     (out_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)},
                                                    ensure_ascii=False))
-    c = model.config
     MarianTokenizer(str(out_dir / "source.spm"), str(out_dir / "target.spm"),
                     str(out_dir / "vocab.json"), unk_token="<unk>", pad_token="<pad>",
                     eos_token="<eos>").save_pretrained(out_dir)
-    del c
     return out_dir

@@ -266,6 +266,11 @@ class Trainer:
             self._epoch_lengths = {p.epoch: len(self.batches.epoch(p.epoch))}
         return p.epoch + (p.batch_in_epoch >= self._epoch_lengths[p.epoch])
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C or SIGTERM ended the last `train()` (with a checkpoint)."""
+        return self._stop_signal is not None
+
     def _on_signal(self, signum, frame) -> None:
         if self._stop_signal is not None:  # a second Ctrl-C: stop now
             raise KeyboardInterrupt
