@@ -2,8 +2,11 @@
 
 Part 1, a trained model (default runs/m30k-en-de) on the 1,000 Multi30k test2016 English
 sentences, greedy and beam 5: target tokens/s, sentences/s, peak memory, and how many
-translations Hugging Face's independent search finds identical to ours (its length penalty form,
-|y|^alpha, on both sides; the same maximum length).
+translations each engine finds identical to its counterpart of ours (the length penalty form of
+Hugging Face and CTranslate2, |y|^alpha, on both sides; the same maximum length). Beam search
+runs with each side's default stopping rule (ours "early", generate()'s early_stopping=False)
+and with the exhaustive one (ours "exact", generate()'s early_stopping="never"); ours also in
+bfloat16.
 Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
 64: the numbers of the issue's orientation table.
 
@@ -28,7 +31,13 @@ from pathlib import Path
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
-ENGINES = ("transduce", "transduce-nocache", "hf", "ct2-fp32", "ct2-int8")
+ENGINES = ("transduce", "transduce-bf16", "transduce-exact", "transduce-nocache", "hf",
+           "hf-never", "ct2-fp32", "ct2-int8")
+# which of ours each engine's translations are compared with
+COUNTERPART = {"transduce-bf16": "transduce", "transduce-exact": "transduce",
+               "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
+               "ct2-fp32": "transduce", "ct2-int8": "transduce"}
+EXHAUSTIVE = ("transduce-exact", "hf-never")  # the same as the others for greedy search
 
 
 def _batches(items: list, size: int):
@@ -57,7 +66,10 @@ def child(args) -> None:
         model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
         load_weights(model, model_dir / "model.safetensors")
         model.eval()
-        use_cache = args.engine == "transduce"
+        if args.engine == "transduce-bf16":
+            model = model.to(torch.bfloat16)
+        use_cache = args.engine != "transduce-nocache"
+        stopping = "exact" if args.engine == "transduce-exact" else "early"
         start = time.perf_counter()
         for batch in _batches(sources, 64):
             width = max(len(sources[i]) for i in batch)
@@ -68,10 +80,10 @@ def child(args) -> None:
             else:
                 result = [list(h[0].tokens) for h in beam_search(
                     model, src, beam_size=k, length_penalty_alpha=alpha,
-                    length_normalization="power", **kw)]
+                    length_normalization="power", stopping=stopping, **kw)]
             for i, out in zip(batch, result, strict=True):
                 outputs[i] = out
-    elif args.engine == "hf":
+    elif args.engine.startswith("hf"):
         from transformers import MarianMTModel
         model = MarianMTModel.from_pretrained(model_dir / "hf").eval()
         start = time.perf_counter()
@@ -82,7 +94,8 @@ def child(args) -> None:
                 generated = model.generate(
                     input_ids=src, attention_mask=(src != 1).long(), num_beams=k,
                     do_sample=False, max_new_tokens=max_len + 1, min_new_tokens=min_len + 1
-                    if forced else 1, length_penalty=alpha, early_stopping="never",
+                    if forced else 1, length_penalty=alpha,
+                    early_stopping="never" if args.engine == "hf-never" else False,
                     suppress_tokens=[1, 2], decoder_start_token_id=2, eos_token_id=3,
                     pad_token_id=1)
             for i, row in zip(batch, generated.tolist(), strict=True):
@@ -137,6 +150,8 @@ def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_
                                 "model_dir": str(directory)}))
     results = {}
     for engine in engines:
+        if beam == 1 and engine in EXHAUSTIVE:
+            continue
         done = subprocess.run([sys.executable, __file__, "--child", engine, "--spec", str(spec),
                                "--threads", str(threads)], capture_output=True, text=True)
         if done.returncode:
@@ -148,13 +163,13 @@ def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_
 
 def table(title: str, results_by_search: dict, n: int, compare: bool = True) -> None:
     print(f"\n{title}\n")
-    print("| engine | search | target tokens/s | sentences/s | peak memory | same as ours |")
+    print("| engine | search | target tokens/s | sentences/s | peak memory | same as |")
     print("|---|---|---|---|---|---|")
     for search, results in results_by_search.items():
-        ours = results.get("transduce", {}).get("outputs")
         for engine, r in results.items():
-            same = (f"{sum(a == b for a, b in zip(ours, r['outputs'], strict=True)) / n:.1%}"
-                    if ours and compare else "-")
+            ours = results.get(COUNTERPART.get(engine, ""), {}).get("outputs")
+            same = (f"{sum(a == b for a, b in zip(ours, r['outputs'], strict=True)) / n:.1%} "
+                    f"({COUNTERPART[engine]})" if ours and compare else "-")
             print(f"| {engine} | {search} | {r['tokens'] / r['seconds']:,.0f} | "
                   f"{n / r['seconds']:,.1f} | {r['peak_mib']:,.0f} MiB | {same} |", flush=True)
 
@@ -205,8 +220,8 @@ def main() -> None:
                 subset = sources if shape == "tiny" else sources[:512]
                 results = {f"beam {k}" if k > 1 else "greedy": run_engines(
                     Path(tmp) / shape, subset, beam=k, forced=True, max_len=16,
-                    alpha=1.0, engines=[e for e in args.engines
-                                        if shape == "tiny" or e != "transduce-nocache"],
+                    alpha=1.0, engines=[e for e in args.engines if e not in EXHAUSTIVE
+                                        and (shape == "tiny" or e != "transduce-nocache")],
                     threads=args.threads) for k in (1, 5)}
                 table(f"Part 2: `{shape}` shape, random weights, every output 16 tokens, "
                       f"{len(subset)} sentences", results, len(subset), compare=False)

@@ -123,14 +123,15 @@ def _read_input(path: str | None) -> list[str]:
 def _search_options(args: argparse.Namespace) -> dict:
     return {k: v for k, v in dict(
         beam_size=args.beam, length_penalty=args.lenpen, max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens).items()
+        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens,
+        stopping=args.stopping).items()
         if v is not None}
 
 
 def _translate(args: argparse.Namespace) -> None:
     from transduce.decoding.translator import Translator
 
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
     options = _search_options(args)
     if args.sample:
         options.update(sampling=True, temperature=args.temperature, top_k=args.top_k,
@@ -173,7 +174,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if len(sources) != len(references):
         raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
                         f"has {len(references)}")
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(),
                                       **_search_options(args))
@@ -195,8 +196,14 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")
     parser.add_argument("--max-len-b", type=int)
     parser.add_argument("--min-len", type=int)
+    parser.add_argument("--stopping", choices=("early", "exact"),
+                        help="beam search ends a sentence when no live beam beats its k finished "
+                             "ones at its current length (early) or at any length (exact)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="decode in 16 bits: faster on CPUs with bf16 support and GPUs, a "
+                             "few translations may differ (default: float32)")
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,

@@ -135,6 +135,33 @@ def test_a_longer_hypothesis_that_finishes_later_wins_when_it_is_better():
     assert [h.score for h in favour_long] == sorted((h.score for h in favour_long), reverse=True)
 
 
+def test_exact_stopping_waits_for_a_beam_that_only_the_length_penalty_can_lift():
+    # after one step (B, <eos>) is finished with lp-normalised score -0.276 and (A, C) is live
+    # with log p = log 0.4 that can only stay or fall; at its current length it scores -0.290,
+    # so early stopping ends there; but (A, C, C, <eos>) keeps p = 0.4 and with alpha = 4 its
+    # longer length lifts it to -0.181: exact stopping must wait for it
+    table = {(): {B: 0.6, A: 0.4}, (B,): {EOS: 1.0}, (A,): {C: 1.0}, (A, C): {C: 1.0},
+             (A, C, C): {EOS: 1.0}}
+    model, src = ScriptedModel(table), torch.tensor([[A, B]])
+    kw = dict(beam_size=2, length_penalty_alpha=4.0, max_len_a=0, max_len_b=5, use_cache=False)
+    early = beam_search(model, src, stopping="early", **kw)[0][0]
+    exact = beam_search(model, src, stopping="exact", **kw)[0][0]
+    assert early.tokens == (B,) and exact.tokens == (A, C, C)
+    assert exact.score == pytest.approx(math.log(0.4) / length_penalty(4, 4.0), rel=1e-5)
+    assert exact.score > early.score
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_exact_stopping_is_never_worse_than_early_stopping(alpha):
+    model = _model_that_stops()
+    src = _batch(16, 8)
+    kw = dict(beam_size=4, max_len_a=0, max_len_b=12, length_penalty_alpha=alpha)
+    early = beam_search(model, src, stopping="early", **kw)
+    exact = beam_search(model, src, stopping="exact", **kw)
+    for e, x in zip(early, exact, strict=True):
+        assert x[0].score >= e[0].score - 1e-6
+
+
 def test_forced_prefix_and_length_limits():
     model = _model_that_stops()
     src = _batch(3)

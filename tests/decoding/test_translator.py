@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from transduce.cli import main
 from transduce.config import load_config
@@ -38,6 +39,22 @@ def test_nbest_scores_and_attention(run_dir):
     layers, heads, n_tgt, n_src = t.attention.shape
     assert (n_tgt, n_src) == (len(t.tgt_pieces), len(t.src_pieces))
     assert t.attention.sum(-1).allclose(t.attention.new_ones(layers, heads, n_tgt))
+
+
+def test_bfloat16_decoding_scores_like_float32(run_dir):
+    # 16-bit weights and activations: the same search, scores within bf16 rounding of float32's
+    fp32, bf16 = Translator.load(run_dir), Translator.load(run_dir, dtype="bfloat16")
+    assert next(bf16.model.parameters()).dtype == torch.bfloat16
+    sentences = ["forty-two", "one hundred and two", "seven"]
+    [a, b] = [t.translate_detailed(sentences, beam_size=3, nbest=2, attention=True)
+              for t in (fp32, bf16)]
+    same = [(x, y) for x, y in zip(a, b, strict=True) if x.text == y.text]
+    assert same  # 16 bits may flip a near tie, not everything
+    for x, y in same:
+        assert y.attention.dtype == torch.float32
+        assert y.nbest[0][1] == pytest.approx(x.nbest[0][1], abs=0.05 + 0.02 * abs(x.nbest[0][1]))
+    with pytest.raises(UserError, match="dtype"):
+        Translator.load(run_dir, dtype="int4")
 
 
 def test_too_long_line_is_truncated_with_a_warning_naming_it(run_dir, caplog):

@@ -52,8 +52,21 @@ def test_weights_sum_to_one_over_unmasked_keys_and_zero_on_masked():
     assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
 
 
-def test_fully_masked_rows_give_zeros_not_nan():
-    q, k, v = _qkv()
+@pytest.mark.parametrize("n_q", [1, 5])  # one query: the decoding step's own path
+def test_attention_matches_the_formula_with_and_without_mask(n_q):
+    q, k, v = _qkv(n_q=n_q)
+    for mask in (_key_mask(), None):
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -math.inf)
+        torch.testing.assert_close(attention(q, k, v, mask), scores.softmax(-1) @ v)
+        torch.testing.assert_close(attention(q, k, v, mask, causal=True),
+                                   attention_with_weights(q, k, v, mask, causal=True)[0])
+
+
+@pytest.mark.parametrize("n_q", [1, 5])
+def test_fully_masked_rows_give_zeros_not_nan(n_q):
+    q, k, v = _qkv(n_q=n_q)
     mask = _key_mask()
     mask[2] = False  # a sentence with no key at all
     for out in (attention(q, k, v, mask), attention_with_weights(q, k, v, mask)[0]):

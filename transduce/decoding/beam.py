@@ -3,11 +3,16 @@
 Each sentence keeps `beam_size` live hypotheses. At every step the 2k best one-token extensions
 of a sentence's beams are ranked by total log-probability: an extension ending in <eos> among
 the top k becomes a finished hypothesis, scored by log p(y) / lp(|y|) with
-lp(n) = ((5 + n) / 6)^alpha; the k best others continue. A sentence is done only when it holds
-k finished hypotheses and no live one can still beat the worst of them (its log-probability can
-only fall, while lp grows with length up to the sentence's maximum). The best finished
-hypothesis is returned, whatever its length or when it finished; done sentences leave the
-decoder's batch.
+lp(n) = ((5 + n) / 6)^alpha; the k best others continue. A sentence is done once it holds
+`nbest` finished hypotheses and no live one is better than the worst of them:
+- stopping="early" (the default) compares a live beam's score at the length it would have if it
+  ended now, as Hugging Face generate() does by default and CTranslate2 and fairseq do (or
+  sooner);
+- stopping="exact" compares the best score a live beam could still reach (its log-probability
+  can only fall, while lp grows with length up to the sentence's maximum), so the result is
+  provably the best under the length penalty, at the cost of many more steps (2x on Multi30k).
+Either way the best finished hypothesis is returned, whatever its length or when it finished,
+never simply the first to finish; done sentences leave the decoder's batch.
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ def length_penalty(length: int | Tensor, alpha: float, form: str = "gnmt"):
 def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
                 length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
                 min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
-                length_normalization: str = "gnmt",
+                length_normalization: str = "gnmt", stopping: str = "early",
                 use_cache: bool = True) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each source in src (B, S), best first."""
     if length_normalization not in ("gnmt", "power"):
         raise ValueError(f"length_normalization must be 'gnmt' or 'power', got "
                          f"{length_normalization!r}")
+    if stopping not in ("early", "exact"):
+        raise ValueError(f"stopping must be 'early' or 'exact', got {stopping!r}")
     config = model.config
     eos, k, alpha = config.eos_id, beam_size, length_penalty_alpha
     if not 1 <= nbest <= k:
@@ -55,7 +62,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     limits = max_output_lengths(steps.src_lengths[::k], max_len_a, max_len_b,
                                 config.max_positions)
     limits = torch.maximum(limits, forced_len)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the k best
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
     active = torch.arange(batch, device=device)  # the sentence of each group of k rows
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: keep one, or the first step picks duplicates
@@ -84,7 +91,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         if hits:
             prefix = tokens.view(n, k, -1)
             for row, rank in hits:
-                _add(finished[int(active[row])], k, Hypothesis(
+                _add(finished[int(active[row])], nbest, Hypothesis(
                     float(top_scores[row, rank]) / length_penalty(step + 1, alpha,
                                                                   length_normalization),
                     float(top_scores[row, rank]),
@@ -99,7 +106,8 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         steps.reorder_beams(rows)  # within each sentence: its source side stays as it is
         steps.append(token.view(-1))
 
-        done = _done(finished, active, scores, limits, step, k, alpha, length_normalization)
+        done = _done(finished, active, scores, limits, step, nbest, alpha, length_normalization,
+                     exact=stopping == "exact")
         if done.all():
             break
         if done.any():
@@ -118,21 +126,21 @@ def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
         heapq.heapreplace(heap, hypothesis)
 
 
-def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, k: int,
-          alpha: float, form: str) -> Tensor:
-    """Sentences with k finished hypotheses that no live beam can still beat."""
+def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, nbest: int,
+          alpha: float, form: str, exact: bool) -> Tensor:
+    """Sentences with nbest finished hypotheses that no live beam beats: at the length it would
+    have if it ended now, or (exact) at the best length still possible."""
     done = torch.zeros(len(active), dtype=torch.bool)
     best_live = scores.max(dim=1).values.tolist()  # log-probabilities: they only fall
     for row, sentence in enumerate(active.tolist()):
         heap = finished[sentence]
-        if len(heap) < k:
+        if len(heap) < nbest:
             continue
         if best_live[row] == float("-inf"):
             done[row] = True
             continue
-        # the best a live beam can reach: its log-prob now, over the largest (alpha >= 0) or
-        # smallest (alpha < 0) length penalty still possible
-        longest = int(limits[sentence]) + 1
-        length = longest if alpha >= 0 else step + 2
+        # a live beam has step + 1 tokens; ending next, step + 2 with <eos>. Exact: the best it
+        # can reach is its log-prob now over the largest (alpha >= 0) length penalty possible
+        length = int(limits[sentence]) + 1 if exact and alpha >= 0 else step + 2
         done[row] = best_live[row] / length_penalty(length, alpha, form) <= heap[0].score
     return done.to(scores.device)

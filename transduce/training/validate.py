@@ -80,7 +80,9 @@ def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Toke
             else:
                 outputs = [hyps[0].tokens for hyps in beam_search(
                     model, batch.src, beam_size=decode.beam_size,
-                    length_penalty_alpha=decode.length_penalty, **limits)]
+                    length_penalty_alpha=decode.length_penalty,
+                    length_normalization=decode.length_normalization, stopping=decode.stopping,
+                    **limits)]
         for i, tokens in zip(ids.tolist(), outputs, strict=True):
             out[i] = tokenizers.tgt.decode(tokens)
     return out
