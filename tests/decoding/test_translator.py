@@ -74,6 +74,21 @@ def test_cli_translate_file_with_empty_lines(run_dir, tmp_path, capsys):
     assert len(lines) == 5 and lines[1] == "" and lines[3] == "" and lines[4] == ""
 
 
+def test_cli_search_options_reach_the_search(run_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("seven\nninety-nine\none hundred and two\n")
+    sentences = src.read_text().splitlines()
+    for extra, expected in (
+            (["--stopping", "exact"], Translator.load(run_dir).translate(
+                sentences, beam_size=3, stopping="exact")),
+            (["--dtype", "bfloat16"], Translator.load(run_dir, dtype="bfloat16").translate(
+                sentences, beam_size=3))):
+        out = tmp_path / "out.txt"
+        assert main(["translate", "--model", str(run_dir), "-i", str(src), "-o", str(out),
+                     "--beam", "3", *extra]) == 0
+        assert out.read_text().splitlines() == expected
+
+
 def test_cli_translate_attention_maps(run_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("seven\neight hundred\n")

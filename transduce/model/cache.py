@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -44,7 +45,11 @@ class KVCache:
         """Keep batch rows `index` (1-D, may repeat): reorders beams and drops finished rows."""
         if self._k is None:
             return
-        k, v = self._k.index_select(0, index), self._v.index_select(0, index)
+        # only the filled part is copied, straight into a new buffer of the same capacity
+        shape = (len(index), *self._k.shape[1:])
+        k, v = self._k.new_empty(shape), self._v.new_empty(shape)
+        torch.index_select(self.keys, 0, index, out=k[:, :, : self.length])
+        torch.index_select(self.values, 0, index, out=v[:, :, : self.length])
         self._k, self._v = k, v
 
     def _grow(self, like: Tensor, capacity: int) -> None:
