@@ -57,7 +57,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    steps = DecoderSteps(model, src.repeat_interleave(k, dim=0), use_cache=use_cache)
+    steps = DecoderSteps(model, src, use_cache=use_cache, beams=k)
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths[::k], max_len_a, max_len_b,
                                 config.max_positions)

@@ -17,13 +17,18 @@ class DecoderSteps:
     those of the same source, whose encoder output and cross-attention cache are the same.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
+    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True,
+                 beams: int = 1) -> None:
+        """src (B, S); with beams=k the rows are (B*k): each source's encoding repeated k times
+        (it is encoded once)."""
         self.model = model
-        self.src_mask = model.src_mask(src)
-        self.memory = model.encode(src, self.src_mask)
+        src_mask = model.src_mask(src)
+        memory = model.encode(src, src_mask)
+        self.src_mask = src_mask.repeat_interleave(beams, dim=0) if beams > 1 else src_mask
+        self.memory = memory.repeat_interleave(beams, dim=0) if beams > 1 else memory
         self.cache = model.new_cache() if use_cache else None
         # the decoder's input: the newest token (with the cache) or the whole prefix
-        self.inputs = torch.full((src.shape[0], 1), model.config.bos_id, dtype=torch.long,
+        self.inputs = torch.full((self.memory.shape[0], 1), model.config.bos_id, dtype=torch.long,
                                  device=src.device)
         config = model.config
         self._never = torch.tensor([config.pad_id, config.bos_id], device=src.device)
