@@ -25,3 +25,19 @@ def test_select_reorders_and_drops_batch_rows_then_appends_continue():
     new = torch.randn(3, 2, 1, 4)
     k, _ = cache.append(new, new)
     torch.testing.assert_close(k, torch.cat([keys[index], new], dim=2))
+
+
+def test_many_reorders_and_appends_equal_a_plain_gather():
+    # the cache swaps between two buffers: its contents must equal gathering the full history
+    torch.manual_seed(0)
+    cache, keys, values = KVCache(), torch.zeros(6, 2, 0, 4), torch.zeros(6, 2, 0, 4)
+    for step in range(40):  # past the first capacity (16) and 32: grows in between
+        k, v = torch.randn(len(keys), 2, 1, 4), torch.randn(len(keys), 2, 1, 4)
+        keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)
+        out_k, out_v = cache.append(k, v)
+        assert torch.equal(out_k, keys) and torch.equal(out_v, values)
+        rows = len(keys) - (step % 7 == 6 and len(keys) > 1)  # now and then a row leaves
+        index = torch.randint(0, len(keys), (rows,))
+        cache.select(index)
+        keys, values = keys[index], values[index]
+        assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
