@@ -15,6 +15,7 @@ from transduce.config import load_config
 from transduce.data.config import DataConfig
 from transduce.errors import UserError
 from transduce.model import PRESETS, ModelConfig, Transformer
+from transduce.training.config import STOPPING
 from transduce.training.trainer import TrainingError
 
 
@@ -196,14 +197,15 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")
     parser.add_argument("--max-len-b", type=int)
     parser.add_argument("--min-len", type=int)
-    parser.add_argument("--stopping", choices=("early", "exact"),
-                        help="beam search ends a sentence when no live beam beats its k finished "
-                             "ones at its current length (early) or at any length (exact)")
+    parser.add_argument("--stopping", choices=STOPPING,
+                        help="beam search ends a sentence when no live beam beats its n-best "
+                             "finished ones at its current length (early) or at any length (exact)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
-                        help="decode in 16 bits: faster on CPUs with bf16 support and GPUs, a "
-                             "few translations may differ (default: float32)")
+                        help="decode in 16 bits: faster for larger models on CPUs with bf16 "
+                             "support and on GPUs, not for tiny ones; a few translations may "
+                             "differ (default: float32)")
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,

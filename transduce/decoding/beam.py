@@ -25,6 +25,7 @@ from torch import Tensor
 
 from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
+from transduce.training.config import STOPPING
 
 
 @dataclass(frozen=True, order=True)
@@ -50,8 +51,8 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     if length_normalization not in ("gnmt", "power"):
         raise ValueError(f"length_normalization must be 'gnmt' or 'power', got "
                          f"{length_normalization!r}")
-    if stopping not in ("early", "exact"):
-        raise ValueError(f"stopping must be 'early' or 'exact', got {stopping!r}")
+    if stopping not in STOPPING:
+        raise ValueError(f"stopping must be one of {', '.join(STOPPING)}, got {stopping!r}")
     config = model.config
     eos, k, alpha = config.eos_id, beam_size, length_penalty_alpha
     if not 1 <= nbest <= k:

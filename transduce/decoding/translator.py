@@ -55,8 +55,9 @@ class Translator:
         """The model of a run directory: its averaged checkpoint if any, else its best.
 
         dtype: "float32", or "bfloat16" / "float16" to decode with the weights and activations
-        in 16 bits (faster where the hardware multiplies them natively, e.g. CPUs with
-        AVX512-BF16 or AMX, and GPUs; a few translations may differ from float32).
+        in 16 bits: faster where the hardware multiplies them natively (GPUs, CPUs with
+        AVX512-BF16 or AMX) and the matrices are large enough (2.5x for `base` on a 2-core
+        AVX512-BF16 CPU, nothing for `tiny`); a few translations may differ from float32.
         """
         if dtype not in DTYPES:
             raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")

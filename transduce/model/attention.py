@@ -26,23 +26,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
         return out.to(q.dtype)
     causal = causal and q.shape[2] > 1  # a single newest query may see every key
     if q.shape[2] == 1 and not (q.requires_grad and torch.is_grad_enabled()) and not dropout:
-        return _one_query(q, k, v, mask)
+        # a decoding step's single query: for one query the fused kernel's set-up costs more
+        # than the work (2x on a CPU, tiny model, beam search), so two plain matrix products
+        return attention_with_weights(q, k, v, mask)[0]
     if causal and q.shape[2] == k.shape[2] and mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
     mask = _with_causal(mask, q, k) if causal else mask
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-
-
-def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """A decoding step's single query, in two batched matrix products: for one query the fused
-    kernel's set-up costs more than the work (2x on a CPU, tiny model, beam search)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)  # (B, H, 1, T_k)
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
-    if mask is not None:  # a query with nothing to attend to gets zeros, not NaN
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return torch.matmul(weights, v)
 
 
 def _slow_backward_on_cpu(q: Tensor) -> bool:

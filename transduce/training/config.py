@@ -68,6 +68,9 @@ class TrainConfig:
             raise UserError("train.warmup must be positive for the noam schedule")
 
 
+STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """How to search for translations (validation BLEU, translate, evaluate)."""
@@ -75,11 +78,11 @@ class DecodeConfig:
     beam_size: int = 4  # 1: greedy search
     length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha
     length_normalization: str = "gnmt"  # or "power": divided by |y|^alpha (HF, CTranslate2)
-    # when a sentence's beam search ends, once it holds beam_size finished hypotheses:
+    # when a sentence's beam search ends, once it holds its n-best finished hypotheses:
     # "early" when no live beam scores better than the worst of them at its current length (as
     # Hugging Face generate() by default, CTranslate2, fairseq); "exact" only when no live beam
     # could beat it even at the maximum length (provably the best under the length penalty)
-    stopping: str = "early"
+    stopping: str = "early"  # one of STOPPING
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
     max_len_b: int = 50
     min_len: int = 1  # tokens before <eos> is allowed
@@ -95,5 +98,6 @@ class DecodeConfig:
         if self.length_normalization not in ("gnmt", "power"):
             raise UserError(f"decode.length_normalization must be 'gnmt' or 'power', got "
                             f"{self.length_normalization!r}")
-        if self.stopping not in ("early", "exact"):
-            raise UserError(f"decode.stopping must be 'early' or 'exact', got {self.stopping!r}")
+        if self.stopping not in STOPPING:
+            raise UserError(f"decode.stopping must be one of {', '.join(STOPPING)}, got "
+                            f"{self.stopping!r}")
