@@ -84,8 +84,8 @@ def child(args) -> None:
             for i, out in zip(batch, result, strict=True):
                 outputs[i] = out
     elif args.engine.startswith("hf"):
-        from transformers import MarianMTModel
-        model = MarianMTModel.from_pretrained(model_dir / "hf").eval()
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir / "hf").eval()
         start = time.perf_counter()
         for batch in _batches(sources, 64):
             width = max(len(sources[i]) for i in batch)
@@ -124,16 +124,17 @@ def child(args) -> None:
 
 
 def export(model, tokenizers, directory: Path) -> None:
-    """Our weights and config, the Hugging Face Marian copy, CTranslate2 fp32 and int8."""
+    """Our weights and config, the Hugging Face copy (Marian, or Pegasus for a pre-norm model),
+    CTranslate2 fp32 and int8."""
     from dataclasses import asdict
 
     from transduce.export.ctranslate2 import save_ctranslate2
-    from transduce.export.marian import save_marian
+    from transduce.export.marian import save_huggingface
     from transduce.training.checkpoint import save_weights
     directory.mkdir(parents=True, exist_ok=True)
     save_weights(model, directory / "model.safetensors")
     (directory / "model.json").write_text(json.dumps(asdict(model.config)))
-    save_marian(model, tokenizers, directory / "hf")
+    save_huggingface(model, tokenizers, directory / "hf")
     for quantization in ("fp32", "int8"):
         save_ctranslate2(model, tokenizers, directory / f"ct2-{quantization}",
                          quantization=None if quantization == "fp32" else quantization,

@@ -22,11 +22,11 @@ def _uncached_greedy(model, src, max_len):
     return out
 
 
-def _model_that_stops(tie_output: bool = False):
+def _model_that_stops(tie_output: bool = False, **overrides):
     """Random weights rarely choose <eos>: give it the output row of a token that greedy search
     picks often (slightly scaled up, so <eos> wins wherever that token did), so that outputs
     finish at different steps."""
-    model = small_model(tie_output=tie_output)
+    model = small_model(tie_output=tie_output, **overrides)
     outputs = greedy_search(model, random_tokens(8, 8), max_len_a=0, max_len_b=12)
     frequent = torch.tensor([t for o in outputs for t in o]).mode().values
     with torch.no_grad():

@@ -13,7 +13,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")
 
 
-def test_ctranslate2_translates_like_our_search(tmp_path):
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_ctranslate2_translates_like_our_search(tmp_path, norm_first):
     from transduce.export.ctranslate2 import save_ctranslate2
 
     corpus = NumberWords("train", sizes=(2000, 10, 10))
@@ -21,7 +22,8 @@ def test_ctranslate2_translates_like_our_search(tmp_path):
     torch.manual_seed(0)
     model = Transformer(ModelConfig.preset("tiny", src_vocab_size=300, tgt_vocab_size=300,
                                            d_model=32, d_ff=48, n_heads=2,
-                                           n_encoder_layers=2, n_decoder_layers=2)).eval()
+                                           n_encoder_layers=2, n_decoder_layers=2,
+                                           norm_first=norm_first)).eval()
     with torch.no_grad():  # make <eos> likely somewhere, so outputs end at different lengths
         model.output.weight[EOS] = 1.01 * model.output.weight[200]
     out = save_ctranslate2(model, tokenizers, tmp_path / "ct2")

@@ -3,7 +3,8 @@ import torch
 
 from transduce.decoding.beam import beam_search
 from transduce.decoding.greedy import greedy_search
-from transduce.export.marian import residual_permutation, to_marian
+from transduce.errors import UserError
+from transduce.export.marian import residual_permutation, to_huggingface, to_marian
 from transduce.model.embeddings import sinusoidal_encoding
 
 from ..conftest import random_tokens, small_model
@@ -21,9 +22,12 @@ def test_the_permutation_maps_our_positions_onto_marians():
     torch.testing.assert_close(ours[:, residual_permutation(16)], theirs)
 
 
-def test_marian_gives_the_same_logits():
-    model = small_model(dropout=0.0, tie_output=True)
-    marian = to_marian(model)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["marian", "pegasus"])
+def test_huggingface_model_gives_the_same_logits(norm_first):
+    model = small_model(dropout=0.0, tie_output=True, norm_first=norm_first)
+    marian = to_huggingface(model)
+    assert type(marian).__name__ == ("PegasusForConditionalGeneration" if norm_first
+                                     else "MarianMTModel")
     src, tgt = random_tokens(3, 7), random_tokens(3, 5)
     src[1, 4:] = PAD
     tgt[:, 0] = BOS
@@ -34,9 +38,16 @@ def test_marian_gives_the_same_logits():
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
 
 
-def test_generate_agrees_with_our_greedy_and_beam_search():
-    model = _model_that_stops(tie_output=True)  # Marian ties its output to the embeddings
-    marian = to_marian(model)
+def test_pre_norm_models_do_not_pass_for_marian():
+    with pytest.raises(UserError, match="Pegasus"):
+        to_marian(small_model(tie_output=True, norm_first=True))
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["marian", "pegasus"])
+def test_generate_agrees_with_our_greedy_and_beam_search(norm_first):
+    # Marian and Pegasus tie their output to the embeddings
+    model = _model_that_stops(tie_output=True, norm_first=norm_first)
+    marian = to_huggingface(model)
     src = random_tokens(5, 8)
     src[2, 5:] = PAD
     mask = (src != PAD).long()

@@ -1,9 +1,11 @@
-"""Our model for CTranslate2, through its TransformersConverter and our Marian export.
+"""Our model for CTranslate2, through its TransformersConverter and our Hugging Face export
+(Marian for post-norm models, Pegasus for pre-norm ones).
 
 CTranslate2's Marian loader follows Marian-NMT's conventions, not ours: it starts the decoder
 from a zero vector (we start from the <bos> embedding) and drops a trailing <pad> row that our
-vocabulary does not have. While converting, its Marian loader is replaced by one that keeps
-everything else and starts from <bos> with the whole vocabulary.
+vocabulary does not have; its Pegasus loader starts from <pad>. While converting, both are
+replaced by one that keeps everything else (pre-norm or not, no embedding LayerNorm) and starts
+from <bos> with the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -12,16 +14,20 @@ import tempfile
 from pathlib import Path
 
 from transduce.data.tokenizer import Tokenizers
-from transduce.export.marian import save_marian
+from transduce.export.marian import save_huggingface
 from transduce.model.transformer import Transformer
 
 
-def _loader():
+def _loader(pre_norm: bool):
     from ctranslate2.converters import transformers as ct2
 
-    class OurMarianLoader(ct2.MarianMTLoader):
+    class OurLoader(ct2.MarianMTLoader):
+        @property
+        def architecture_name(self):
+            return "PegasusForConditionalGeneration" if pre_norm else "MarianMTModel"
+
         def get_model_spec(self, model):
-            model.config.normalize_before = False
+            model.config.normalize_before = pre_norm
             model.config.normalize_embedding = False
             return ct2.BartLoader.get_model_spec(self, model)
 
@@ -38,20 +44,21 @@ def _loader():
         def get_vocabulary(self, model, tokenizer):
             return ct2.BartLoader.get_vocabulary(self, model, tokenizer)
 
-    return ct2, OurMarianLoader()
+    return ct2, OurLoader()
 
 
 def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
                      quantization: str | None = None, hf_dir: Path | None = None) -> Path:
     """A CTranslate2 model directory (quantization: None for fp32, "int8", ...)."""
-    ct2, loader = _loader()
+    ct2, loader = _loader(model.config.norm_first)
     with tempfile.TemporaryDirectory() as tmp:
-        hf = Path(hf_dir) if hf_dir else save_marian(model, tokenizers, Path(tmp) / "hf")
-        original = ct2._MODEL_LOADERS["MarianConfig"]
-        ct2._MODEL_LOADERS["MarianConfig"] = loader
+        hf = Path(hf_dir) if hf_dir else save_huggingface(model, tokenizers, Path(tmp) / "hf")
+        config = "PegasusConfig" if model.config.norm_first else "MarianConfig"
+        original = ct2._MODEL_LOADERS[config]
+        ct2._MODEL_LOADERS[config] = loader
         try:
             ct2.TransformersConverter(str(hf)).convert(str(out_dir), quantization=quantization,
                                                        force=True)
         finally:
-            ct2._MODEL_LOADERS["MarianConfig"] = original
+            ct2._MODEL_LOADERS[config] = original
     return Path(out_dir)

@@ -1,13 +1,14 @@
-"""Our Transformer as a Hugging Face `MarianMTModel` with the same function.
+"""Our Transformer as a Hugging Face model with the same function: `MarianMTModel` for the
+paper's post-norm arrangement, `PegasusForConditionalGeneration` for pre-norm.
 
-Marian's architecture is the paper's post-norm Transformer too. Two layouts differ: Marian puts
-the sinusoids' sines in the first half of each position vector and the cosines in the second,
-where we interleave them as the paper writes PE(pos, 2i) and PE(pos, 2i+1); and it keeps Q, K, V
-in separate matrices. Permuting the coordinates of the residual stream by the same
-permutation everywhere (embeddings, every matrix that reads or writes the stream, LayerNorms)
-turns one layout into the other without changing any output, so the converted model uses
-Marian's own positional table and survives `save_pretrained` / `from_pretrained` and conversion
-to CTranslate2 unchanged.
+Both are the paper's Transformer (Pegasus with pre-norm layers and a LayerNorm after each stack,
+as ours with norm_first). Two layouts differ: they put the sinusoids' sines in the first half of
+each position vector and the cosines in the second, where we interleave them as the paper writes
+PE(pos, 2i) and PE(pos, 2i+1); and they keep Q, K, V in separate matrices. Permuting the
+coordinates of the residual stream by the same permutation everywhere (embeddings, every matrix
+that reads or writes the stream, LayerNorms) turns one layout into the other without changing
+any output, so the converted model uses its own positional table and survives
+`save_pretrained` / `from_pretrained` and conversion to CTranslate2 unchanged.
 """
 
 from __future__ import annotations
@@ -26,32 +27,59 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-def marian_config(model: Transformer):
-    from transformers import MarianConfig
-
+def _check(model: Transformer) -> None:
     c = model.config
-    if c.norm_first:
-        raise UserError("only post-norm models (model.norm_first=false) convert to Marian")
     if c.positional != "sinusoidal" or not c.share_embeddings or not c.tie_output:
-        raise UserError("Marian export needs sinusoidal positions and shared, tied embeddings")
-    return MarianConfig(
-        vocab_size=c.tgt_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
+        raise UserError("Hugging Face export needs sinusoidal positions and shared, tied "
+                        "embeddings")
+    if c.layer_norm_eps != 1e-5:
+        raise UserError(f"Hugging Face export needs model.layer_norm_eps 1e-5, got "
+                        f"{c.layer_norm_eps}")
+
+
+def hf_config(model: Transformer):
+    """MarianConfig (post-norm) or PegasusConfig (pre-norm) for our model's shape."""
+    from transformers import MarianConfig, PegasusConfig
+
+    _check(model)
+    c = model.config
+    kwargs = dict(
+        vocab_size=c.tgt_vocab_size, d_model=c.d_model,
         encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
         encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
         encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=c.activation,
         max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0,
         attention_dropout=0.0, activation_dropout=0.0, pad_token_id=c.pad_id,
         eos_token_id=c.eos_id, bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id,
-        forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, is_encoder_decoder=True)
+        forced_eos_token_id=None, tie_word_embeddings=True, is_encoder_decoder=True)
+    if c.norm_first:
+        return PegasusConfig(**kwargs)
+    return MarianConfig(decoder_vocab_size=c.tgt_vocab_size,
+                        share_encoder_decoder_embeddings=True, **kwargs)
+
+
+def marian_config(model: Transformer):
+    if model.config.norm_first:
+        raise UserError("only post-norm models (model.norm_first=false) convert to Marian; "
+                        "pre-norm ones convert to Pegasus (to_huggingface)")
+    return hf_config(model)
+
+
+def to_marian(model: Transformer):
+    """A MarianMTModel computing the same logits as the post-norm `model` (eval mode)."""
+    marian_config(model)
+    return to_huggingface(model)
 
 
 @torch.no_grad()
-def to_marian(model: Transformer):
-    """A MarianMTModel computing the same logits as `model` (eval mode)."""
-    from transformers import MarianMTModel
+def to_huggingface(model: Transformer):
+    """A MarianMTModel (post-norm) or PegasusForConditionalGeneration (pre-norm) computing the
+    same logits as `model` (eval mode)."""
+    from transformers import MarianMTModel, PegasusForConditionalGeneration
 
-    marian = MarianMTModel(marian_config(model)).eval()
+    config = hf_config(model)
+    hf_type = PegasusForConditionalGeneration if model.config.norm_first else MarianMTModel
+    hf = hf_type(config).eval()
     p = residual_permutation(model.config.d_model)
     d = model.config.d_model
     state = {}
@@ -90,28 +118,33 @@ def to_marian(model: Transformer):
         norm(f"{prefix}.encoder_attn_layer_norm", layer.cross_attn_block.norm)
         ffn(prefix, layer)
         norm(f"{prefix}.final_layer_norm", layer.ffn_block.norm)
-    missing, unexpected = marian.load_state_dict(
+    if model.config.norm_first:  # pre-norm: a LayerNorm after each stack
+        norm("model.encoder.layer_norm", model.encoder.norm)
+        norm("model.decoder.layer_norm", model.decoder.norm)
+    missing, unexpected = hf.load_state_dict(
         {k: v.detach().clone() for k, v in state.items()}, strict=False)
     left = [k for k in missing if not k.endswith(("embed_positions.weight", "embed_tokens.weight",
                                                   "lm_head.weight", "final_logits_bias"))]
     if left or unexpected:
-        raise RuntimeError(f"Marian conversion left {left} unset and {unexpected} unknown")
-    marian.tie_weights()
-    return marian
+        raise RuntimeError(f"{hf_type.__name__} conversion left {left} unset and {unexpected} "
+                           f"unknown")
+    hf.tie_weights()
+    return hf
 
 
-def save_marian(model: Transformer, tokenizers: Tokenizers, out_dir: Path) -> Path:
-    """A Hugging Face model directory (weights, config and a MarianTokenizer over our
-    SentencePiece model), loadable with from_pretrained and convertible by CTranslate2."""
+def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path) -> Path:
+    """A Hugging Face model directory (Marian or Pegasus weights and config, and a
+    MarianTokenizer over our SentencePiece model), loadable with from_pretrained and
+    convertible by CTranslate2."""
     import json
 
     from transformers import MarianTokenizer
 
     if not tokenizers.shared or tokenizers.src.kind != "sentencepiece":
-        raise UserError("Marian export needs a shared SentencePiece vocabulary")
+        raise UserError("Hugging Face export needs a shared SentencePiece vocabulary")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    to_marian(model).save_pretrained(out_dir)
+    to_huggingface(model).save_pretrained(out_dir)
     for name in ("source.spm", "target.spm"):
         tokenizers.src.save(out_dir / name)
     pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
