@@ -185,20 +185,3 @@ def test_bf16_autocast_gives_close_logits_and_finite_gradients():
     logits.float().sum().backward()
     assert all(p.grad.isfinite().all() for p in model.parameters())
 
-
-def test_beams_sharing_one_memory_row_equal_a_repeated_memory():
-    """k decoder rows per source against one stored memory row == the memory repeated k times,
-    with and without the cache, attention weights included."""
-    model, k = small_model(), 3
-    src = _padded_batch([6, 3], 6)
-    tgt = random_tokens(2 * k, 5)
-    with torch.no_grad():
-        memory, src_mask = model.encode(src), model.src_mask(src)
-        repeated = memory.repeat_interleave(k, 0), src_mask.repeat_interleave(k, 0)
-        full, full_weights = model.decode_with_attention(tgt, *repeated)
-        shared, shared_weights = model.decode_with_attention(tgt, memory, src_mask)
-        cache = model.new_cache()
-        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(5)]
-    torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(shared_weights, full_weights, atol=1e-6, rtol=1e-4)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)

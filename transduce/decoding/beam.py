@@ -60,7 +60,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     batch, device = src.shape[0], src.device
     steps = DecoderSteps(model, src, use_cache=use_cache, beams=k)
     forced, forced_len = forced_prefix(prefixes, batch, device)
-    limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b,
+    limits = max_output_lengths(steps.src_lengths[::k], max_len_a, max_len_b,
                                 config.max_positions)
     limits = torch.maximum(limits, forced_len)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best

@@ -12,30 +12,29 @@ class DecoderSteps:
     """Encodes a batch once, then gives next-token log-probabilities step by step.
 
     With the cache (the default) each step feeds only the newest token; without it the whole
-    prefix is fed every step (for checking the cache). With beams=k, each source has k
-    consecutive rows that share its encoder output and cross-attention keys and values, stored
-    once. `select(rows)` keeps, reorders or repeats rows (finished sentences leaving the batch;
-    with beams, whole groups of k rows); `reorder_beams(rows)` moves rows only among those of
-    the same source.
+    prefix is fed every step (for checking the cache). `select(rows)` keeps, reorders or repeats
+    rows (finished sentences leaving the batch); `reorder_beams(rows)` moves rows only among
+    those of the same source, whose encoder output and cross-attention cache are the same.
     """
 
     def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True,
                  beams: int = 1) -> None:
-        """src (B, S); with beams=k there are B*k rows, k for each source."""
+        """src (B, S); with beams=k the rows are (B*k): each source's encoding repeated k times
+        (it is encoded once)."""
         self.model = model
-        self.beams = beams
-        self.src_mask = model.src_mask(src)
-        self.memory = model.encode(src, self.src_mask)  # (B, S, D): once per source
+        src_mask = model.src_mask(src)
+        memory = model.encode(src, src_mask)
+        self.src_mask = src_mask.repeat_interleave(beams, dim=0) if beams > 1 else src_mask
+        self.memory = memory.repeat_interleave(beams, dim=0) if beams > 1 else memory
         self.cache = model.new_cache() if use_cache else None
         # the decoder's input: the newest token (with the cache) or the whole prefix
-        self.inputs = torch.full((src.shape[0] * beams, 1), model.config.bos_id, dtype=torch.long,
+        self.inputs = torch.full((self.memory.shape[0], 1), model.config.bos_id, dtype=torch.long,
                                  device=src.device)
         config = model.config
         self._never = torch.tensor([config.pad_id, config.bos_id], device=src.device)
 
     @property
     def src_lengths(self) -> Tensor:
-        """(sources,): one length per source, not per row."""
         return self.src_mask.view(self.src_mask.shape[0], -1).sum(-1)
 
     def log_probs(self) -> Tensor:
@@ -55,17 +54,17 @@ class DecoderSteps:
             self.inputs = torch.cat([self.inputs, tokens[:, None]], dim=1)
 
     def select(self, rows: Tensor) -> None:
-        sources = rows[:: self.beams] // self.beams  # whole groups: each one's source
-        self.memory = self.memory.index_select(0, sources)
-        self.src_mask = self.src_mask.index_select(0, sources)
-        self.inputs = self.inputs.index_select(0, rows)
-        if self.cache is not None:
-            self.cache.select(rows, sources)
+        self.memory = self.memory.index_select(0, rows)
+        self.src_mask = self.src_mask.index_select(0, rows)
+        self._reorder(rows, cross_attention=True)
 
     def reorder_beams(self, rows: Tensor) -> None:
+        self._reorder(rows, cross_attention=False)
+
+    def _reorder(self, rows: Tensor, cross_attention: bool) -> None:
         self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
-            self.cache.reorder(rows)
+            self.cache.select(rows, cross_attention=cross_attention)
 
 
 def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int,

@@ -58,20 +58,6 @@ def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None 
     return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
 
 
-def _merge_groups(q: Tensor, group: int) -> Tensor:
-    """(B*g, H, T, Dh) -> (B, H, g*T, Dh): the queries of g consecutive rows side by side."""
-    rows, heads, length, dim = q.shape
-    return (q.view(rows // group, group, heads, length, dim).transpose(1, 2)
-            .reshape(rows // group, heads, group * length, dim))
-
-
-def _split_groups(x: Tensor, group: int) -> Tensor:
-    """The inverse of _merge_groups: (B, H, g*T, X) -> (B*g, H, T, X)."""
-    batch, heads, grouped, dim = x.shape
-    return (x.view(batch, heads, group, grouped // group, dim).transpose(1, 2)
-            .reshape(batch * group, heads, grouped // group, dim))
-
-
 def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
     causal = causal_mask(q.shape[2], k.shape[2], device=q.device)
     return causal if mask is None else mask & causal
@@ -105,8 +91,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
                 causal: bool = False, cache: KVCache | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Attend from x (B, T, D) to itself, or to `memory` (B, S, D) when given; memory may also
-        have B / g rows, one for each g consecutive rows of x (beam search: k beams, one source).
+        """Attend from x (B, T, D) to itself, or to `memory` (B, S, D) when given.
 
         mask: broadcastable to (B, H, T, T_k), True = may attend. causal: queries attend only to
         keys up to their own position. cache: self-attention appends this call's keys and values
@@ -128,20 +113,12 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._heads(F.linear(memory, w[d:], b[d:]), 2)
                 if cache is not None:
                     cache.append(k, v)
-        # memory may hold one row per group of `group` consecutive rows of x (the beams of one
-        # source): their queries then attend together, against keys computed and stored once
-        group = q.shape[0] // k.shape[0]
-        if group > 1:
-            q = _merge_groups(q, group)
         # 2) attend, each head on its own
         dropout = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, causal=causal, dropout=dropout)
         else:
             out, weights = attention(q, k, v, mask, causal=causal, dropout=dropout), None
-        if group > 1:
-            out = _split_groups(out, group)
-            weights = None if weights is None else _split_groups(weights, group)
         # 3) concatenate the heads and project back
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, -1)  # (B, T, D)

@@ -85,22 +85,16 @@ class DecoderCache:
         """Target positions decoded so far (the position of the next token)."""
         return len(self.layers[0].self_attention) if self.layers else 0
 
-    def select(self, index: Tensor, cross_index: Tensor | None = None) -> None:
-        """Keep batch rows `index` in every layer (finished sentences leaving, beams reordered).
+    def select(self, index: Tensor, *, cross_attention: bool = True) -> None:
+        """Keep batch rows `index` in every layer (beam reordering, finished sentences).
 
-        The cross-attention caches keep rows `cross_index` when given (fewer rows: one per
-        source for its beams), else `index`.
+        cross_attention=False leaves the encoder-side keys and values alone: right when rows
+        only move among the beams of one source, whose cross-attention cache is the same.
         """
-        cross_index = index if cross_index is None else cross_index
         for layer in self.layers:
             layer.self_attention.select(index)
-            layer.cross_attention.select(cross_index)
-
-    def reorder(self, index: Tensor) -> None:
-        """Move self-attention rows only: beams among the beams of one source, whose cross-
-        attention keys and values are the same."""
-        for layer in self.layers:
-            layer.self_attention.select(index)
+            if cross_attention:
+                layer.cross_attention.select(index)
 
 
 __all__ = ["KVCache", "LayerCache", "DecoderCache"]
