@@ -69,3 +69,10 @@ def test_generate_agrees_with_our_greedy_and_beam_search(norm_first):
         length_normalization="power", stopping="exact")]  # as early_stopping="never"
     assert [strip(r) for r in hf_greedy] == ours_greedy
     assert [tuple(strip(r)) for r in hf_beam] == ours_beam
+
+
+def test_models_hugging_face_cannot_express_are_refused():
+    with pytest.raises(UserError, match="layer_norm_eps"):
+        to_huggingface(small_model(tie_output=True, layer_norm_eps=1e-6))
+    with pytest.raises(UserError, match="tied"):
+        to_huggingface(small_model(tie_output=False))

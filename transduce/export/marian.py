@@ -58,16 +58,11 @@ def hf_config(model: Transformer):
                         share_encoder_decoder_embeddings=True, **kwargs)
 
 
-def marian_config(model: Transformer):
+def to_marian(model: Transformer):
+    """A MarianMTModel computing the same logits as the post-norm `model` (eval mode)."""
     if model.config.norm_first:
         raise UserError("only post-norm models (model.norm_first=false) convert to Marian; "
                         "pre-norm ones convert to Pegasus (to_huggingface)")
-    return hf_config(model)
-
-
-def to_marian(model: Transformer):
-    """A MarianMTModel computing the same logits as the post-norm `model` (eval mode)."""
-    marian_config(model)
     return to_huggingface(model)
 
 
