@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,15 @@ COUNTERPART = {"transduce-bf16": "transduce", "transduce-exact": "transduce",
                "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
                "ct2-fp32": "transduce", "ct2-int8": "transduce"}
 EXHAUSTIVE = ("transduce-exact", "hf-never")  # the same as the others for greedy search
+
+
+def _peak_mib() -> float:
+    """This process's peak resident memory. Not getrusage's ru_maxrss: Linux carries it over
+    from the parent through fork and exec, so every child reported at least the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _batches(items: list, size: int):
@@ -117,7 +125,7 @@ def child(args) -> None:
             for i, r in zip(batch, results, strict=True):
                 outputs[i] = [index[p] for p in r.hypotheses[0]]
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_mib()
     tokens = sum(len(o) + 1 for o in outputs)  # + <eos>
     print(json.dumps({"seconds": seconds, "tokens": tokens, "peak_mib": peak,
                       "outputs": outputs}))
