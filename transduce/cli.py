@@ -15,7 +15,7 @@ from transduce.config import load_config
 from transduce.data.config import DataConfig
 from transduce.errors import UserError
 from transduce.model import PRESETS, ModelConfig, Transformer
-from transduce.training.config import STOPPING
+from transduce.training.config import DTYPES, STOPPING
 from transduce.training.trainer import TrainingError
 
 
@@ -202,7 +202,7 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
                              "finished ones at its current length (early) or at any length (exact)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="decode in 16 bits: faster for larger models on CPUs with bf16 "
                              "support and on GPUs, not for tiny ones; a few translations may "
                              "differ (default: float32)")

@@ -18,11 +18,9 @@ from transduce.decoding.greedy import greedy_search, sample
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
 from transduce.training import checkpoint as ckpt
-from transduce.training.config import DecodeConfig
+from transduce.training.config import DTYPES, DecodeConfig
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -73,7 +71,7 @@ class Translator:
                           ckpt.model_checkpoint(model_dir))
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        return cls(model.to(device=device, dtype=DTYPES[dtype]), tokenizers, config.decode)
+        return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, config.decode)
 
     @property
     def device(self) -> torch.device:

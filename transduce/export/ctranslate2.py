@@ -14,17 +14,17 @@ import tempfile
 from pathlib import Path
 
 from transduce.data.tokenizer import Tokenizers
-from transduce.export.marian import save_huggingface
+from transduce.export.marian import huggingface_types, save_huggingface
 from transduce.model.transformer import Transformer
 
 
-def _loader(pre_norm: bool):
+def _loader(architecture: str, pre_norm: bool):
     from ctranslate2.converters import transformers as ct2
 
     class OurLoader(ct2.MarianMTLoader):
         @property
         def architecture_name(self):
-            return "PegasusForConditionalGeneration" if pre_norm else "MarianMTModel"
+            return architecture
 
         def get_model_spec(self, model):
             model.config.normalize_before = pre_norm
@@ -50,10 +50,11 @@ def _loader(pre_norm: bool):
 def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
                      quantization: str | None = None, hf_dir: Path | None = None) -> Path:
     """A CTranslate2 model directory (quantization: None for fp32, "int8", ...)."""
-    ct2, loader = _loader(model.config.norm_first)
+    config_type, model_type = huggingface_types(model)
+    ct2, loader = _loader(model_type.__name__, model.config.norm_first)
+    config = config_type.__name__  # the converter picks its loader by it
     with tempfile.TemporaryDirectory() as tmp:
         hf = Path(hf_dir) if hf_dir else save_huggingface(model, tokenizers, Path(tmp) / "hf")
-        config = "PegasusConfig" if model.config.norm_first else "MarianConfig"
         original = ct2._MODEL_LOADERS[config]
         ct2._MODEL_LOADERS[config] = loader
         try:

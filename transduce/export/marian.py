@@ -37,10 +37,17 @@ def _check(model: Transformer) -> None:
                         f"{c.layer_norm_eps}")
 
 
+def huggingface_types(model: Transformer) -> tuple[type, type]:
+    """(config class, model class): Marian for post-norm, Pegasus for pre-norm."""
+    import transformers
+
+    if model.config.norm_first:
+        return transformers.PegasusConfig, transformers.PegasusForConditionalGeneration
+    return transformers.MarianConfig, transformers.MarianMTModel
+
+
 def hf_config(model: Transformer):
     """MarianConfig (post-norm) or PegasusConfig (pre-norm) for our model's shape."""
-    from transformers import MarianConfig, PegasusConfig
-
     _check(model)
     c = model.config
     kwargs = dict(
@@ -52,10 +59,9 @@ def hf_config(model: Transformer):
         attention_dropout=0.0, activation_dropout=0.0, pad_token_id=c.pad_id,
         eos_token_id=c.eos_id, bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id,
         forced_eos_token_id=None, tie_word_embeddings=True, is_encoder_decoder=True)
-    if c.norm_first:
-        return PegasusConfig(**kwargs)
-    return MarianConfig(decoder_vocab_size=c.tgt_vocab_size,
-                        share_encoder_decoder_embeddings=True, **kwargs)
+    if not c.norm_first:  # Marian's own keys
+        kwargs.update(decoder_vocab_size=c.tgt_vocab_size, share_encoder_decoder_embeddings=True)
+    return huggingface_types(model)[0](**kwargs)
 
 
 def to_marian(model: Transformer):
@@ -70,11 +76,8 @@ def to_marian(model: Transformer):
 def to_huggingface(model: Transformer):
     """A MarianMTModel (post-norm) or PegasusForConditionalGeneration (pre-norm) computing the
     same logits as `model` (eval mode)."""
-    from transformers import MarianMTModel, PegasusForConditionalGeneration
-
-    config = hf_config(model)
-    hf_type = PegasusForConditionalGeneration if model.config.norm_first else MarianMTModel
-    hf = hf_type(config).eval()
+    hf_type = huggingface_types(model)[1]
+    hf = hf_type(hf_config(model)).eval()
     p = residual_permutation(model.config.d_model)
     d = model.config.d_model
     state = {}

@@ -69,6 +69,7 @@ class TrainConfig:
 
 
 STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
+DTYPES = ("float32", "bfloat16", "float16")  # what a Translator may decode in
 
 
 @dataclass(frozen=True)
