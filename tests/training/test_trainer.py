@@ -31,14 +31,19 @@ def _weights(run_dir, name=None):
     return load_file(str(path))
 
 
-def test_resume_ends_with_bit_identical_parameters(tmp_path):
-    straight = Trainer(_config("train.max_updates=12", "train.validate_every=6"),
-                       tmp_path / "a")
+@pytest.mark.parametrize("bpe_dropout", [0.0, 0.1])
+def test_resume_ends_with_bit_identical_parameters(tmp_path, bpe_dropout):
+    straight = Trainer(_config("train.max_updates=40", "train.validate_every=20",
+                               f"data.bpe_dropout={bpe_dropout}"), tmp_path / "a")
     straight.train()
-    first = Trainer(_config("train.max_updates=6", "train.validate_every=6"), tmp_path / "b")
+    assert straight.progress.epoch >= 1  # the resumed part crosses into a new epoch
+    segmented = straight._epoch_data(1)[0].tgt_lengths
+    assert (segmented != straight.data.train.tgt_lengths).any() == (bpe_dropout > 0)
+    first = Trainer(_config("train.max_updates=20", "train.validate_every=20",
+                            f"data.bpe_dropout={bpe_dropout}"), tmp_path / "b")
     first.train()
-    resumed = Trainer.resume(tmp_path / "b", ["train.max_updates=12"])
-    assert resumed.progress.update == 6
+    resumed = Trainer.resume(tmp_path / "b", ["train.max_updates=40"])
+    assert resumed.progress.update == 20
     resumed.train()
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert a.keys() == b.keys()

@@ -29,6 +29,8 @@ class DataConfig:
     vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
     shared_vocab: bool = True  # one vocabulary learnt from both sides (the paper's)
     character_coverage: float = 0.9995  # share of characters SentencePiece keeps as pieces
+    bpe_dropout: float = 0.0  # BPE only: skip each merge with this probability, a new
+    #                           segmentation of the training text every epoch (0.1 is usual)
     min_freq: int = 1  # word tokenizer: drop words seen fewer times
     max_length: int = 256  # training pairs with a longer side (in tokens) are skipped
     max_length_ratio: float = 3.0  # ... and those whose longer side is this many times longer
@@ -60,5 +62,9 @@ class DataConfig:
         if not 0 < self.character_coverage <= 1:
             raise UserError(f"data.character_coverage must be in (0, 1], got "
                             f"{self.character_coverage}")
+        if not 0 <= self.bpe_dropout < 1:
+            raise UserError(f"data.bpe_dropout must be in [0, 1), got {self.bpe_dropout}")
+        if self.bpe_dropout and self.tokenizer != "bpe":
+            raise UserError(f"data.bpe_dropout needs data.tokenizer=bpe, not {self.tokenizer!r}")
         if self.max_length_ratio < 1:
             raise UserError(f"data.max_length_ratio must be >= 1, got {self.max_length_ratio}")

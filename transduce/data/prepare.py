@@ -39,7 +39,9 @@ class PreparedData:
     tokenizers: Tokenizers
     train: TokenizedCorpus
     valid: TokenizedCorpus | None
+    train_corpus: object  # the raw training text (BPE-dropout segments it anew each epoch)
     valid_corpus: object | None  # the raw validation text, for BLEU against references
+    max_length: int  # tokens: training pairs with a longer side are skipped
 
 
 def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None = None, *,
@@ -60,12 +62,12 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
             shared=config.shared_vocab, character_coverage=config.character_coverage,
             min_freq=config.min_freq)
         tokenizers.save(directory)
+    max_length = min(config.max_length, limit or config.max_length)
     train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
-                     pair_filter=PairFilter(max_length=min(config.max_length, limit or
-                                                           config.max_length),
+                     pair_filter=PairFilter(max_length=max_length,
                                             max_length_ratio=config.max_length_ratio))
     valid = None
     if valid_corpus is not None:  # every validation pair counts, however odd, if it fits
         valid = binarize(valid_corpus, tokenizers, directory / "data" / "valid", name="valid",
                          pair_filter=PairFilter(max_length=limit, max_length_ratio=None))
-    return PreparedData(tokenizers, train, valid, valid_corpus)
+    return PreparedData(tokenizers, train, valid, train_corpus, valid_corpus, max_length)

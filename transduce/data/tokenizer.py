@@ -73,6 +73,14 @@ class SentencePieceTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return self._sp.encode(texts, num_threads=_THREADS)
 
+    def sample_batch(self, texts: list[str], *, dropout: float, seed: int) -> list[list[int]]:
+        """A random segmentation (BPE-dropout: each merge skipped with probability `dropout`),
+        the same for the same seed. One thread: with more, which text draws which random numbers
+        would depend on scheduling."""
+        spm.set_random_generator_seed(seed)
+        return self._sp.encode(texts, enable_sampling=True, alpha=dropout, nbest_size=-1,
+                               num_threads=1)
+
     def decode(self, ids: Iterable[int]) -> str:
         return self._sp.decode([i for i in ids if i >= len(SPECIALS) or i == UNK])
 

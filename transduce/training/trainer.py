@@ -18,6 +18,7 @@ from tqdm import tqdm
 from transduce.config import Config, load_config
 from transduce.data.batching import Batch, TokenBatches, collate
 from transduce.data.prepare import PreparedData, prepare
+from transduce.data.sampling import BpeDropout
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
@@ -82,12 +83,17 @@ class Trainer:
         if train.precision == "fp16" and self.device.type != "cuda":
             raise UserError("train.precision=fp16 needs a GPU; use bf16 on CPU")
         self.batches = TokenBatches.of(self.data.train, config.data.max_tokens, seed=train.seed)
+        self.bpe_dropout = None
+        if config.data.bpe_dropout:
+            self.bpe_dropout = BpeDropout(self.data.train_corpus, self.data.train, tok,
+                                          dropout=config.data.bpe_dropout, seed=train.seed,
+                                          max_length=self.data.max_length)
         self.progress = Progress()
         self._references = None
         self._stop_signal: int | None = None
         self._consecutive_bad = 0
         self._resumed = False
-        self._epoch_lengths: dict[int, int] = {}
+        self._epoch: tuple = (None, None, None)  # (epoch, its training pairs, its batches)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
@@ -177,13 +183,25 @@ class Trainer:
         """Batches from the current data position onward, across epochs."""
         p = self.progress
         while True:
-            epoch_batches = self.batches.epoch(p.epoch)
+            pairs, epoch_batches = self._epoch_data(p.epoch)
             while p.batch_in_epoch < len(epoch_batches):
                 ids = epoch_batches[p.batch_in_epoch]
                 p.batch_in_epoch += 1
-                yield collate(self.data.train, ids)
+                yield collate(pairs, ids)
             p.epoch += 1
             p.batch_in_epoch = 0
+
+    def _epoch_data(self, epoch: int):
+        """The training pairs as segmented for `epoch` and that epoch's batches (of indices)."""
+        if self._epoch[0] != epoch:
+            if self.bpe_dropout is None:
+                pairs, batches = self.data.train, self.batches
+            else:
+                pairs = self.bpe_dropout.epoch(epoch)
+                batches = TokenBatches.of(pairs, self.config.data.max_tokens,
+                                          seed=self.config.train.seed)
+            self._epoch = (epoch, pairs, batches.epoch(epoch))
+        return self._epoch[1:]
 
     def _update(self, batches: list[Batch]) -> tuple[float | None, int]:
         """One optimiser update from k batches; the loss is normalised by their target tokens
@@ -262,9 +280,7 @@ class Trainer:
 
     def _epochs_done(self) -> int:
         p = self.progress
-        if p.epoch not in self._epoch_lengths:
-            self._epoch_lengths = {p.epoch: len(self.batches.epoch(p.epoch))}
-        return p.epoch + (p.batch_in_epoch >= self._epoch_lengths[p.epoch])
+        return p.epoch + (p.batch_in_epoch >= len(self._epoch_data(p.epoch)[1]))
 
     @property
     def interrupted(self) -> bool:
