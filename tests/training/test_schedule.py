@@ -2,7 +2,9 @@ import math
 
 import pytest
 
-from transduce.training.schedule import constant, inverse_sqrt, noam
+from transduce.config import load_config
+from transduce.errors import UserError
+from transduce.training.schedule import constant, cosine, inverse_sqrt, noam
 
 
 def test_noam_matches_the_papers_formula_and_peaks_at_warmup():
@@ -29,3 +31,19 @@ def test_constant_with_and_without_warmup():
     assert constant(5, peak_lr=1e-4) == 1e-4
     assert constant(5, peak_lr=1e-4, warmup=10) == pytest.approx(5e-5)
     assert constant(50, peak_lr=1e-4, warmup=10) == 1e-4
+
+
+def test_cosine_warms_up_then_falls_to_zero_at_the_last_update():
+    lr = dict(peak_lr=5e-3, warmup=2000, total=9000)
+    assert cosine(1000, **lr) == pytest.approx(2.5e-3)
+    assert cosine(2000, **lr) == pytest.approx(5e-3)
+    assert cosine(5500, **lr) == pytest.approx(2.5e-3)  # half way down
+    assert cosine(9000, **lr) == pytest.approx(0.0, abs=1e-12)
+    assert cosine(9500, **lr) == pytest.approx(0.0, abs=1e-12)
+    rates = [cosine(step, **lr) for step in range(2000, 9001, 250)]
+    assert rates == sorted(rates, reverse=True) and len(set(rates)) == len(rates)
+
+
+def test_cosine_needs_max_updates_beyond_the_warmup():
+    with pytest.raises(UserError, match="train.max_updates"):
+        load_config(overrides=["train.lr_schedule=cosine", "train.max_updates=0"])

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from transduce.errors import UserError
 
-SCHEDULES = ("noam", "inverse_sqrt", "constant")
+SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -18,8 +18,9 @@ class TrainConfig:
     max_updates: int = 100_000  # stop after this many optimiser updates (0: no limit)
     max_time: float = 0.0  # stop after this many seconds of training (0: no limit)
     max_epochs: int = 0  # stop after this many passes over the data (0: no limit)
-    lr_schedule: str = "inverse_sqrt"  # "noam" (the paper's), "inverse_sqrt" or "constant"
-    lr: float = 5e-4  # peak learning rate (inverse_sqrt, constant)
+    lr_schedule: str = "inverse_sqrt"  # "noam" (the paper's), "inverse_sqrt", "cosine" (down
+    #                                     to 0 at max_updates) or "constant"
+    lr: float = 5e-4  # peak learning rate (inverse_sqrt, cosine, constant)
     lr_scale: float = 1.0  # noam: multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     warmup: int = 4000  # updates of linear warm-up
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -64,6 +65,10 @@ class TrainConfig:
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise UserError(f"train.adam_betas must be two numbers in [0, 1), got "
                             f"{self.adam_betas}")
+        if self.lr_schedule == "cosine" and self.max_updates <= self.warmup:
+            raise UserError(f"train.lr_schedule=cosine decays to 0 at train.max_updates, which "
+                            f"must be larger than train.warmup ({self.warmup}), got "
+                            f"{self.max_updates}")
         if self.lr_schedule == "noam" and self.warmup == 0:
             raise UserError("train.warmup must be positive for the noam schedule")
 

@@ -26,3 +26,13 @@ def inverse_sqrt(step: int, *, peak_lr: float, warmup: int, warmup_init_lr: floa
 def constant(step: int, *, peak_lr: float, warmup: int = 0) -> float:
     """peak_lr after an optional linear warm-up (fine-tuning)."""
     return peak_lr * min(1.0, max(step, 1) / warmup) if warmup else peak_lr
+
+
+def cosine(step: int, *, peak_lr: float, warmup: int, total: int) -> float:
+    """Linear warm-up to peak_lr, then half a cosine down to 0 at update `total` (and 0 after):
+    a run planned for `total` updates ends on a learning rate near zero."""
+    step = max(step, 1)
+    if step < warmup:
+        return peak_lr * step / warmup
+    progress = min(1.0, (step - warmup) / max(total - warmup, 1))
+    return peak_lr * 0.5 * (1 + math.cos(math.pi * progress))

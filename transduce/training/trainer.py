@@ -264,6 +264,9 @@ class Trainer:
                                  scale=cfg.lr_scale)
         if cfg.lr_schedule == "inverse_sqrt":
             return schedule.inverse_sqrt(update, peak_lr=cfg.lr, warmup=cfg.warmup)
+        if cfg.lr_schedule == "cosine":
+            return schedule.cosine(update, peak_lr=cfg.lr, warmup=cfg.warmup,
+                                   total=cfg.max_updates)
         return schedule.constant(update, peak_lr=cfg.lr, warmup=cfg.warmup)
 
     def _should_stop(self) -> str | None:
