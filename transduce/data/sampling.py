@@ -8,24 +8,19 @@ depends only on (seed, epoch), so a resumed run sees what the uninterrupted one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from transduce.data.binarize import TokenizedCorpus
 from transduce.data.tokenizer import Tokenizers
 
 
-@dataclass(frozen=True)
 class SegmentedCorpus:
     """Token ids of every training pair for one epoch; reads like a `TokenizedCorpus`."""
 
-    srcs: list[list[int]]
-    tgts: list[list[int]]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "src_lengths", np.fromiter(map(len, self.srcs), np.int32))
-        object.__setattr__(self, "tgt_lengths", np.fromiter(map(len, self.tgts), np.int32))
+    def __init__(self, srcs: list[list[int]], tgts: list[list[int]]) -> None:
+        self.srcs, self.tgts = srcs, tgts
+        self.src_lengths = np.fromiter(map(len, srcs), np.int32, count=len(srcs))
+        self.tgt_lengths = np.fromiter(map(len, tgts), np.int32, count=len(tgts))
 
     def __len__(self) -> int:
         return len(self.srcs)
