@@ -129,10 +129,17 @@ def _search_options(args: argparse.Namespace) -> dict:
         if v is not None}
 
 
-def _translate(args: argparse.Namespace) -> None:
+def _load_translator(args: argparse.Namespace):
     from transduce.decoding.translator import Translator
+    from transduce.training.checkpoint import named_checkpoint
 
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
+    checkpoint = named_checkpoint(Path(args.model), args.checkpoint) if args.checkpoint else None
+    return Translator.load(args.model, device=args.device, dtype=args.dtype,
+                           checkpoint=checkpoint)
+
+
+def _translate(args: argparse.Namespace) -> None:
+    translator = _load_translator(args)
     options = _search_options(args)
     if args.sample:
         options.update(sampling=True, temperature=args.temperature, top_k=args.top_k,
@@ -169,13 +176,11 @@ def _translate(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     import sacrebleu
 
-    from transduce.decoding.translator import Translator
-
     sources, references = _read_input(args.src), _read_input(args.ref)
     if len(sources) != len(references):
         raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
                         f"has {len(references)}")
-    translator = Translator.load(args.model, device=args.device, dtype=args.dtype)
+    translator = _load_translator(args)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(),
                                       **_search_options(args))
@@ -192,6 +197,9 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a run directory of transduce train")
+    parser.add_argument("--checkpoint", metavar="NAME",
+                        help="which of its checkpoints: averaged, best, latest, update_0007000, "
+                             "... or a checkpoint's path (default: averaged, else best)")
     parser.add_argument("--beam", type=int, help="beam size (1: greedy; default: decode.beam_size)")
     parser.add_argument("--lenpen", type=float, help="length penalty alpha (GNMT)")
     parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")

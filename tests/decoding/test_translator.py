@@ -125,3 +125,22 @@ def test_cli_evaluate_prints_bleu_and_chrf_with_signatures(run_dir, tmp_path, ca
 def test_not_a_model_directory_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="not a model directory"):
         Translator.load(tmp_path)
+
+
+def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from transduce.cli import _load_translator, build_parser
+    from transduce.training import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    Trainer(load_config(overrides=[*FAST, "train.max_updates=4", "train.save_every=2",
+                                   "model.max_positions=40"]), run).train()
+    for name in ("update_0000002", "update_0000004"):
+        args = build_parser().parse_args(["translate", "--model", str(run), "--checkpoint", name])
+        weights = load_file(str(ckpt.checkpoint_dir(run) / name / ckpt.WEIGHTS))
+        state = _load_translator(args).model.state_dict()
+        for key, tensor in weights.items():
+            assert torch.equal(state[key], tensor), (name, key)
+    assert main(["translate", "--model", str(run), "--checkpoint", "update_0000003"]) == 2
+    assert "no checkpoint 'update_0000003'" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from transduce.config import load_config
 from transduce.training import checkpoint as ckpt
+from transduce.errors import UserError
 from transduce.training.trainer import Trainer, TrainingError
 
 FAST = ["model.preset=tiny", "model.d_model=32", "model.d_ff=64", "model.n_heads=2",
@@ -219,3 +220,17 @@ def test_python_api_trains_from_a_dict_and_resumes(tmp_path):
     progress = transduce.train(config, tmp_path / "api", ["train.max_updates=2"])
     assert progress.update == 2
     assert transduce.resume(tmp_path / "api", ["train.max_updates=4"]).update == 4
+
+
+def test_named_checkpoint_resolves_names_pointers_and_paths(tmp_path):
+    run = tmp_path / "named"
+    Trainer(_config("train.max_updates=4", "train.validate_every=2"), run).train()
+    root = ckpt.checkpoint_dir(run)
+    assert ckpt.named_checkpoint(run, "update_0000002") == root / "update_0000002" / ckpt.WEIGHTS
+    assert ckpt.named_checkpoint(run, "latest") == root / "update_0000004" / ckpt.WEIGHTS
+    assert ckpt.named_checkpoint(run, "best").parent.name in ("update_0000002", "update_0000004")
+    assert ckpt.named_checkpoint(run, str(root / "update_0000002")) == \
+        root / "update_0000002" / ckpt.WEIGHTS
+    kept = "update_0000002, update_0000004"
+    with pytest.raises(UserError, match=rf"no checkpoint 'update_9' \(kept: {kept}"):
+        ckpt.named_checkpoint(run, "update_9")

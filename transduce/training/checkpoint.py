@@ -144,6 +144,23 @@ def model_checkpoint(run_dir: Path) -> Path:
     raise UserError(f"{run_dir}: no checkpoint here (is it a run directory of transduce train?)")
 
 
+def named_checkpoint(run_dir: Path, name: str) -> Path:
+    """The weights of checkpoint `name` of a run ("averaged", "best", "latest",
+    "update_0007000", ...), or of `name` itself when it is a checkpoint directory or file."""
+    path = Path(name)
+    if (path / WEIGHTS).is_file():
+        return path / WEIGHTS
+    if path.is_file():
+        return path
+    root = checkpoint_dir(run_dir)
+    pointed = _pointer(root, name) if name in ("best", "latest") else None
+    if (root / (pointed or name) / WEIGHTS).is_file():
+        return root / (pointed or name) / WEIGHTS
+    kept = sorted(p.name for p in root.glob("*") if (p / WEIGHTS).is_file())
+    raise UserError(f"{run_dir}: no checkpoint {name!r} (kept: {', '.join(kept) or 'none'}, "
+                    f"and best, latest)")
+
+
 def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     """The element-wise mean of several checkpoints' weights, written atomically to out_dir."""
     if not paths:
