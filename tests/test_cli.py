@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from transduce.cli import main
 
 
@@ -41,3 +43,11 @@ def test_null_unsets_an_optional_setting(tmp_path, capsys):
                  "--train-src", str(tmp_path / "a.en"), "--train-tgt", str(tmp_path / "a.de"),
                  "--tokenizer", "word"]) == 0
     assert "train: 2 pairs" in capsys.readouterr().out
+
+
+def test_prepare_has_no_option_for_training_time_bpe_dropout(capsys):
+    # prepare writes the deterministic segmentation; BPE-dropout resamples it while training
+    with pytest.raises(SystemExit) as exit:
+        main(["prepare", "--out", "unused", "--bpe-dropout", "0.1"])
+    assert exit.value.code == 2
+    assert "unrecognized arguments: --bpe-dropout" in capsys.readouterr().err

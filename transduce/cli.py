@@ -217,10 +217,14 @@ def _add_search_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
-                        aliases: dict | None = None, defaults: dict | None = None) -> None:
-    """One --option per field of a config dataclass, named after it, typed like it."""
+                        aliases: dict | None = None, defaults: dict | None = None,
+                        skip: tuple[str, ...] = ()) -> None:
+    """One --option per field of a config dataclass (but those in skip), named after it, typed
+    like it."""
     hints = typing.get_type_hints(config_type)
     for field in dataclasses.fields(config_type):
+        if field.name in skip:
+            continue
         flags = [f"--{field.name.replace('_', '-')}", *(aliases or {}).get(field.name, ())]
         default = (defaults or {}).get(field.name, field.default)
         kind = hints[field.name]
@@ -261,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "--out (each option is the data.* configuration key of the same name).")
     prepare.add_argument("--out", required=True, help="directory for tokenizer and data")
     _add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
-                        defaults={"dataset": None})
+                        defaults={"dataset": None},
+                        skip=("bpe_dropout",))  # resampled while training, not prepared
     prepare.set_defaults(run=_prepare)
 
     train = commands.add_parser(
