@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce.model.cache import KVCache
+from transduce.model.linear import Linear, linear
 from transduce.model.masks import causal_mask
 
 
@@ -77,8 +78,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.n_heads = n_heads
         self.dropout = dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.in_proj = Linear(d_model, 3 * d_model)
+        self.out_proj = Linear(d_model, d_model)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -100,17 +101,17 @@ class MultiHeadAttention(nn.Module):
         """
         # 1) project to queries, keys and values, split into heads: (B, H, T, Dh)
         if memory is None:
-            q, k, v = self._heads(F.linear(x, self.in_proj.weight, self.in_proj.bias), 3)
+            q, k, v = self._heads(linear(x, self.in_proj.weight, self.in_proj.bias), 3)
             if cache is not None:
                 k, v = cache.append(k, v)
         else:
             d = x.shape[-1]
             w, b = self.in_proj.weight, self.in_proj.bias
-            (q,) = self._heads(F.linear(x, w[:d], b[:d]), 1)
+            (q,) = self._heads(linear(x, w[:d], b[:d]), 1)
             if cache is not None and len(cache):
                 k, v = cache.keys, cache.values
             else:
-                k, v = self._heads(F.linear(memory, w[d:], b[d:]), 2)
+                k, v = self._heads(linear(memory, w[d:], b[d:]), 2)
                 if cache is not None:
                     cache.append(k, v)
         # 2) attend, each head on its own

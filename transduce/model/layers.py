@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from transduce.model.attention import MultiHeadAttention
 from transduce.model.dropout import Dropout
+from transduce.model.linear import Linear
 from transduce.model.cache import LayerCache
 from transduce.model.config import ModelConfig
 
@@ -19,8 +20,8 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu",
                  dropout: float = 0.0) -> None:
         super().__init__()
-        self.w1 = nn.Linear(d_model, d_ff)
-        self.w2 = nn.Linear(d_ff, d_model)
+        self.w1 = Linear(d_model, d_ff)
+        self.w2 = Linear(d_ff, d_model)
         self.activation = F.gelu if activation == "gelu" else F.relu
         self.dropout = Dropout(dropout)
         for linear in (self.w1, self.w2):

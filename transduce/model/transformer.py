@@ -10,6 +10,7 @@ from transduce.model.config import ModelConfig
 from transduce.model.embeddings import (LearnedPositions, SinusoidalPositions,
                                         TransformerEmbedding, token_embedding)
 from transduce.model.layers import DecoderLayer, EncoderLayer
+from transduce.model.linear import Linear
 from transduce.model.masks import padding_mask
 
 
@@ -87,7 +88,7 @@ class Transformer(nn.Module):
                       token_embedding(config.tgt_vocab_size, config.d_model, config.pad_id))
         self.encoder = Encoder(config, _embedding(config, src_tokens))
         self.decoder = Decoder(config, _embedding(config, tgt_tokens))
-        self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
+        self.output = Linear(config.d_model, config.tgt_vocab_size, bias=False)
         if config.tie_output:
             self.output.weight = tgt_tokens.weight
         else:

@@ -1,0 +1,52 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transduce.model import linear as module
+from transduce.model.linear import Linear, linear
+
+needs_onednn = pytest.mark.skipif(not module.ONEDNN, reason="this PyTorch has no oneDNN linear")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """How many times the oneDNN kernel ran."""
+    count, real = [0], module.onednn_linear
+
+    def counting(*args):
+        count[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(module, "onednn_linear", counting)
+    return count
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(7, 16), (3, 5, 16), (0, 16)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_inference_on_onednn_equals_f_linear(shape, bias, calls):
+    weight, b = torch.randn(24, 16), (torch.randn(24) if bias else None)
+    x, strided = torch.randn(*shape), torch.randn(16, shape[0]).t()  # strided: not contiguous
+    with torch.no_grad():
+        for inputs in (x, strided):
+            torch.testing.assert_close(linear(inputs, weight, b), F.linear(inputs, weight, b),
+                                       rtol=1e-5, atol=1e-5)
+    assert calls[0] == (2 if shape[0] else 0)  # an empty batch stays with F.linear
+
+
+@needs_onednn
+def test_training_and_other_dtypes_keep_f_linear(calls):
+    layer = Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    layer(x).sum().backward()  # gradients are due: F.linear, which has a backward pass
+    expected = F.linear(x, layer.weight, layer.bias)
+    torch.testing.assert_close(layer(x), expected)
+    assert x.grad is not None and layer.weight.grad is not None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x.detach()).dtype == torch.bfloat16  # autocast decides, as for F.linear
+    with torch.no_grad():
+        layer.to(torch.bfloat16)(x.detach().bfloat16())
+    assert calls[0] == 0
+    with torch.no_grad():
+        Linear(16, 8)(x.detach())
+    assert calls[0] == 1

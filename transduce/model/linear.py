@@ -1,0 +1,40 @@
+"""Linear layers that run float32 inference on oneDNN on a CPU.
+
+PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 code on AMD
+processors. oneDNN, which PyTorch ships as well, uses AVX-512 there: on this project's 2-core AMD
+EPYC its linear kernel is 1.3-2.3x faster at every shape of the decoder (for the output
+projection of 320 beam rows: 1.7 ms against 3.9 ms), with the same results (equal or within
+float32 rounding: another order of summation). That kernel has no backward pass, so training,
+and anything else that needs gradients, keeps `F.linear`; bfloat16 and float16 already reach
+oneDNN through it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear(x, weight, bias)`, on oneDNN for float32 CPU tensors when no gradient is due
+    (and autocast does not ask for another precision)."""
+    if (ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel()
+            and weight.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and not torch.is_autocast_enabled("cpu")):
+        return onednn_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` (same parameters and state dict) whose forward is `linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
