@@ -22,7 +22,7 @@ def calls(monkeypatch):
 
 
 @needs_onednn
-@pytest.mark.parametrize("shape", [(7, 16), (3, 5, 16), (0, 16)])
+@pytest.mark.parametrize("shape", [(7, 16), (3, 5, 16), (300, 16), (0, 16)])  # rows padded
 @pytest.mark.parametrize("bias", [True, False])
 def test_inference_on_onednn_equals_f_linear(shape, bias, calls):
     weight, b = torch.randn(24, 16), (torch.randn(24) if bias else None)
@@ -50,3 +50,9 @@ def test_training_and_other_dtypes_keep_f_linear(calls):
     with torch.no_grad():
         Linear(16, 8)(x.detach())
     assert calls[0] == 1
+
+
+def test_row_buckets_are_few_and_waste_at_most_an_eighth():
+    padded = {n: n + (-n % module._bucket(n)) for n in range(1, 2049)}
+    assert len(set(padded.values())) <= 80  # 2,048 row counts, few kernels
+    assert all(p - n <= max(15, n // 8) for n, p in padded.items())
