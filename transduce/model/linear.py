@@ -42,7 +42,8 @@ def _bucket(rows: int) -> int:
     """oneDNN builds a kernel for each input shape it meets (about 2 ms of JIT compilation) and
     keeps it (about 0.6 MB, up to 1,024 of them); a search meets every row count from the batch
     down to 1 as sentences finish. Rows are padded to a multiple of this (16, or an eighth to a
-    sixteenth of their number), so that few shapes occur, for at most 1/8 more work."""
+    sixteenth of their number), so that few shapes occur (40 for 1 to 2,048 rows), for at most
+    15 rows or 1/8 more work."""
     return max(16, 1 << max(0, rows.bit_length() - 4))
 
 
