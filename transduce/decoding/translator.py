@@ -54,7 +54,7 @@ class Translator:
 
         dtype: "float32", or "bfloat16" / "float16" to decode with the weights and activations
         in 16 bits: faster where the hardware multiplies them natively (GPUs, CPUs with
-        AVX512-BF16 or AMX) and the matrices are large enough (2.5x for `base` on a 2-core
+        AVX512-BF16 or AMX) and the matrices are large enough (1.5-1.6x for `base` on a 2-core
         AVX512-BF16 CPU, nothing for `tiny`); a few translations may differ from float32.
         """
         if dtype not in DTYPES:
