@@ -18,6 +18,9 @@ from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce.training.config import DTYPES, STOPPING
 from transduce.training.trainer import TrainingError
 
+if typing.TYPE_CHECKING:
+    from transduce.decoding.translator import Translator
+
 
 def _params(args: argparse.Namespace) -> None:
     tgt_vocab = args.tgt_vocab or args.vocab
@@ -129,7 +132,7 @@ def _search_options(args: argparse.Namespace) -> dict:
         if v is not None}
 
 
-def _load_translator(args: argparse.Namespace):
+def _load_translator(args: argparse.Namespace) -> Translator:
     from transduce.decoding.translator import Translator
     from transduce.training.checkpoint import named_checkpoint
 
