@@ -25,9 +25,9 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, on oneDNN for float32 CPU tensors when no gradient is due
     (and autocast does not ask for another precision)."""
-    if (ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel()
-            and weight.dtype == torch.float32
+    if (ONEDNN  # the training step leaves at the first test: gradients are due there
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu" and x.numel()
             and not torch.is_autocast_enabled("cpu")):
         rows = x.reshape(-1, x.shape[-1])
         n = len(rows)

@@ -153,9 +153,9 @@ def named_checkpoint(run_dir: Path, name: str) -> Path:
     if path.is_file():
         return path
     root = checkpoint_dir(run_dir)
-    pointed = _pointer(root, name) if name in ("best", "latest") else None
-    if (root / (pointed or name) / WEIGHTS).is_file():
-        return root / (pointed or name) / WEIGHTS
+    target = root / ((_pointer(root, name) if name in ("best", "latest") else None) or name)
+    if (target / WEIGHTS).is_file():
+        return target / WEIGHTS
     kept = sorted(p.name for p in root.glob("*") if (p / WEIGHTS).is_file())
     raise UserError(f"{run_dir}: no checkpoint {name!r} (kept: {', '.join(kept) or 'none'}, "
                     f"and best, latest)")
