@@ -21,6 +21,13 @@ def test_prepare_learns_saves_and_reuses(tmp_path):
     assert data.tokenizers.src.decode(data.valid.src(0)) == src
 
 
+def test_prepare_refuses_tokenizers_that_do_not_lowercase_as_configured(tmp_path):
+    config = DataConfig(dataset="numbers", vocab_size=400, numbers_train_size=3000)
+    cased = prepare(config, tmp_path).tokenizers
+    with pytest.raises(UserError, match="data.lowercase=true, but the given tokenizers do not"):
+        prepare(DataConfig(**{**vars(config), "lowercase": True}), tmp_path, tokenizers=cased)
+
+
 def test_own_files_and_tsv(tmp_path):
     (tmp_path / "t.en").write_text("a house\nthe dog\n")
     (tmp_path / "t.de").write_text("ein Haus\nder Hund\n")

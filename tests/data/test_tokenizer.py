@@ -86,6 +86,30 @@ def test_save_and_load_give_the_same_tokenizers(tmp_path, kind, shared):
         assert loaded.tgt.encode(text) == tokenizers.tgt.encode(text)
 
 
+@pytest.mark.parametrize("kind", ["bpe", "word"])
+def test_a_lowercasing_tokenizer_learns_and_encodes_lowercase_and_keeps_that_when_loaded(
+        tmp_path, kind):
+    pairs = [(en.title(), de.upper()) for en, de in _numbers()()]
+    pairs += [("A Dog runs.", "Ein Hund rennt."), ("The DOG sleeps.", "Der Hund schläft."),
+              ("Über alles", "ÜBER ALLES")] * 20
+    cased = Tokenizers.train(lambda: iter(pairs), kind=kind, vocab_size=400)
+    tokenizers = Tokenizers.train(lambda: iter(pairs), kind=kind, vocab_size=400, lowercase=True)
+    assert tokenizers.lowercase and not cased.lowercase
+    assert tokenizers.fingerprint != cased.fingerprint
+    vocabulary = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
+    learnt = [p for p in vocabulary[4:] if not p.startswith("<0x")]  # but bytes
+    assert learnt and not any(p.lower() != p for p in learnt)  # from lowercased text
+    tokenizers.save(tmp_path)
+    loaded = Tokenizers.load(tmp_path)
+    assert loaded.lowercase and loaded.fingerprint == tokenizers.fingerprint
+    for tok in (tokenizers.src, loaded.src, loaded.tgt):
+        assert tok.encode("Der HUND rennt.") == tok.encode("der hund rennt.")
+        assert tok.encode_batch(["Ein Hund", "ÜBER"]) == [tok.encode("ein hund"),
+                                                          tok.encode("über")]
+        assert tok.decode(tok.encode("Der Hund schläft.")) == "der hund schläft."
+    assert cased.src.encode("Der Hund") != cased.src.encode("der hund")
+
+
 def test_loading_from_a_directory_without_tokenizer_names_it(tmp_path):
     with pytest.raises(DataError, match=rf"{tmp_path}/tokenizer.json: no tokenizer here"):
         Tokenizers.load(tmp_path)

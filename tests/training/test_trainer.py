@@ -113,6 +113,22 @@ def test_a_tiny_model_learns_number_words(tmp_path):
     assert valid.loss < losses[0]
 
 
+def test_a_lowercasing_run_scores_against_lowercased_references_and_resumes_so(tmp_path):
+    words = ["Ein Hund", "Der Mann", "Eine FRAU", "Zwei Kinder", "Ein Auto"] * 40
+    (tmp_path / "t.src").write_text("".join(f"{w} {i}\n" for i, w in enumerate(words)))
+    (tmp_path / "t.tgt").write_text("".join(f"{w.upper()} {i}\n" for i, w in enumerate(words)))
+    (tmp_path / "v.tsv").write_text("A Dog\tEin Hund\nThe MAN\tDer Mann\n")
+    files = ["data.dataset=null", f"data.train_src={tmp_path / 't.src'}",
+             f"data.train_tgt={tmp_path / 't.tgt'}", f"data.valid_tsv={tmp_path / 'v.tsv'}",
+             "data.lowercase=true", "train.max_updates=2"]
+    trainer = Trainer(_config(*files), tmp_path / "run")
+    assert trainer.references() == ["ein hund", "der mann"]
+    trainer.train()
+    resumed = Trainer.resume(tmp_path / "run", ["train.max_updates=3"])
+    assert resumed.data.tokenizers.lowercase
+    assert resumed.references() == ["ein hund", "der mann"]
+
+
 def test_run_directory_contents_and_refusal_to_overwrite(tmp_path):
     run = tmp_path / "run"
     Trainer(_config("train.max_updates=3", "train.bleu=true", "train.validate_every=3",

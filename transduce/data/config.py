@@ -31,6 +31,8 @@ class DataConfig:
     character_coverage: float = 0.9995  # share of characters SentencePiece keeps as pieces
     bpe_dropout: float = 0.0  # BPE only: skip each merge with this probability, a new
     #                           segmentation of the training text every epoch (0.1 is usual)
+    lowercase: bool = False  # lowercase all text, both sides, in training and translation
+    #                          (the usual Multi30k preprocessing): outputs are lowercase
     min_freq: int = 1  # word tokenizer: drop words seen fewer times
     max_length: int = 256  # training pairs with a longer side (in tokens) are skipped
     max_length_ratio: float = 3.0  # ... and those whose longer side is this many times longer

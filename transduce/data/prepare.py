@@ -12,6 +12,7 @@ from transduce.data.corpus import ParallelFiles, TsvFile
 from transduce.data.datasets import known_corpus
 from transduce.data.numbers import NumberWords
 from transduce.data.tokenizer import Tokenizers
+from transduce.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,11 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
         tokenizers = Tokenizers.train(
             train_corpus.pairs, kind=config.tokenizer, vocab_size=config.vocab_size,
             shared=config.shared_vocab, character_coverage=config.character_coverage,
-            min_freq=config.min_freq)
+            min_freq=config.min_freq, lowercase=config.lowercase)
         tokenizers.save(directory)
+    elif tokenizers.lowercase != config.lowercase:
+        raise UserError(f"data.lowercase={str(config.lowercase).lower()}, but the given "
+                        f"tokenizers {'do' if tokenizers.lowercase else 'do not'} lowercase")
     max_length = min(config.max_length, limit or config.max_length)
     train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
                      pair_filter=PairFilter(max_length=max_length,

@@ -1,8 +1,10 @@
 """Tokenizers: SentencePiece subwords (the paper's shared BPE vocabulary) or whole words.
 
 Every tokenizer uses the special ids <unk>=0, <pad>=1, <bos>=2, <eos>=3 and maps text to ids
-without them; batching adds <bos>/<eos>. A `Tokenizers` pair (source, target: the same object when
-the vocabulary is shared) is saved into a model directory so that it is self-contained.
+without them; batching adds <bos>/<eos>. A lowercasing tokenizer lowercases every text it encodes
+or learns from (the usual Multi30k preprocessing), so its outputs are lowercase. A `Tokenizers`
+pair (source, target: the same object when the vocabulary is shared) is saved into a model
+directory so that it is self-contained.
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ class SentencePieceTokenizer:
 
     kind = "sentencepiece"
 
-    def __init__(self, model_proto: bytes) -> None:
+    def __init__(self, model_proto: bytes, *, lowercase: bool = False) -> None:
         self.model_proto = model_proto
+        self.lowercase = lowercase
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int, model_type: str = "bpe",
               character_coverage: float = 0.9995, max_sentences: int = 2_000_000,
-              seed: int = 1) -> SentencePieceTokenizer:
+              seed: int = 1, lowercase: bool = False) -> SentencePieceTokenizer:
         """Learn a vocabulary from `texts` (a sample of `max_sentences` when there are more)."""
         if model_type not in ("bpe", "unigram"):
             raise DataError(f"data.tokenizer: SentencePiece model type must be 'bpe' or "
@@ -50,7 +53,7 @@ class SentencePieceTokenizer:
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=(t for t in texts if t), model_writer=model,
+                sentence_iterator=(_case(t, lowercase) for t in texts if t), model_writer=model,
                 vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage, byte_fallback=True,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -61,25 +64,25 @@ class SentencePieceTokenizer:
         except RuntimeError as error:  # e.g. a vocabulary larger than the text supports
             raise DataError(f"data.vocab_size={vocab_size}: SentencePiece could not train: "
                             f"{str(error).splitlines()[-1]}") from None
-        return cls(model.getvalue())
+        return cls(model.getvalue(), lowercase=lowercase)
 
     @property
     def vocab_size(self) -> int:
         return self._sp.vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self._sp.encode(text)
+        return self._sp.encode(_case(text, self.lowercase))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts, num_threads=_THREADS)
+        return self._sp.encode(_cases(texts, self.lowercase), num_threads=_THREADS)
 
     def sample_batch(self, texts: list[str], *, dropout: float, seed: int) -> list[list[int]]:
         """A random segmentation (BPE-dropout: each merge skipped with probability `dropout`),
         the same for the same seed. One thread: with more, which text draws which random numbers
         would depend on scheduling."""
         spm.set_random_generator_seed(seed)
-        return self._sp.encode(texts, enable_sampling=True, alpha=dropout, nbest_size=-1,
-                               num_threads=1)
+        return self._sp.encode(_cases(texts, self.lowercase), enable_sampling=True,
+                               alpha=dropout, nbest_size=-1, num_threads=1)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._sp.decode([i for i in ids if i >= len(SPECIALS) or i == UNK])
@@ -89,14 +92,26 @@ class SentencePieceTokenizer:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.model_proto).hexdigest()
+        return _fingerprint(self.model_proto, self.lowercase)
 
     def save(self, path: Path) -> None:
         Path(path).write_bytes(self.model_proto)
 
     @classmethod
-    def load(cls, path: Path) -> SentencePieceTokenizer:
-        return cls(Path(path).read_bytes())
+    def load(cls, path: Path, *, lowercase: bool = False) -> SentencePieceTokenizer:
+        return cls(Path(path).read_bytes(), lowercase=lowercase)
+
+
+def _case(text: str, lowercase: bool) -> str:
+    return text.lower() if lowercase else text
+
+
+def _cases(texts: list[str], lowercase: bool) -> list[str]:
+    return [t.lower() for t in texts] if lowercase else texts
+
+
+def _fingerprint(data: bytes, lowercase: bool) -> str:
+    return hashlib.sha256(data + (b"\0lowercase" if lowercase else b"")).hexdigest()
 
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -113,26 +128,27 @@ class WordTokenizer:
 
     kind = "word"
 
-    def __init__(self, words: list[str]) -> None:
+    def __init__(self, words: list[str], *, lowercase: bool = False) -> None:
         self.words = list(words)
+        self.lowercase = lowercase
         self._ids = {w: i for i, w in enumerate(self.words)}
 
     @classmethod
-    def train(cls, texts: Iterable[str], *, min_freq: int = 1,
-              vocab_size: int | None = None) -> WordTokenizer:
-        counts = Counter(w for text in texts for w in _WORD.findall(text))
+    def train(cls, texts: Iterable[str], *, min_freq: int = 1, vocab_size: int | None = None,
+              lowercase: bool = False) -> WordTokenizer:
+        counts = Counter(w for text in texts for w in _WORD.findall(_case(text, lowercase)))
         ranked = sorted((w for w, c in counts.items() if c >= min_freq),
                         key=lambda w: (-counts[w], w))
         if vocab_size is not None:
             ranked = ranked[: max(vocab_size - len(SPECIALS), 0)]
-        return cls([*SPECIALS, *ranked])
+        return cls([*SPECIALS, *ranked], lowercase=lowercase)
 
     @property
     def vocab_size(self) -> int:
         return len(self.words)
 
     def encode(self, text: str) -> list[int]:
-        return [self._ids.get(w, UNK) for w in _WORD.findall(text)]
+        return [self._ids.get(w, UNK) for w in _WORD.findall(_case(text, self.lowercase))]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
@@ -146,14 +162,14 @@ class WordTokenizer:
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256("\n".join(self.words).encode()).hexdigest()
+        return _fingerprint("\n".join(self.words).encode(), self.lowercase)
 
     def save(self, path: Path) -> None:
         Path(path).write_text("\n".join(self.words) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> WordTokenizer:
-        return cls(Path(path).read_text(encoding="utf-8").splitlines())
+    def load(cls, path: Path, *, lowercase: bool = False) -> WordTokenizer:
+        return cls(Path(path).read_text(encoding="utf-8").splitlines(), lowercase=lowercase)
 
 
 Tokenizer = SentencePieceTokenizer | WordTokenizer
@@ -172,6 +188,11 @@ class Tokenizers:
         return self.src is self.tgt
 
     @property
+    def lowercase(self) -> bool:
+        """Whether outputs are lowercase (the target side lowercases what it learns from)."""
+        return self.tgt.lowercase
+
+    @property
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.src.fingerprint}:{self.tgt.fingerprint}".encode()).hexdigest()
 
@@ -179,7 +200,7 @@ class Tokenizers:
         """Write tokenizer.json and the model files into `directory`."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        manifest = {"kind": self.src.kind, "shared": self.shared}
+        manifest = {"kind": self.src.kind, "shared": self.shared, "lowercase": self.lowercase}
         sides = {"shared": self.src} if self.shared else {"src": self.src, "tgt": self.tgt}
         for side, tokenizer in sides.items():
             name = f"tokenizer.{side}.{_KINDS[tokenizer.kind][1]}"
@@ -196,19 +217,23 @@ class Tokenizers:
                             "directory?)")
         manifest = json.loads(manifest_path.read_text())
         kind, _ = _KINDS[manifest["kind"]]
+        lowercase = manifest.get("lowercase", False)  # absent before lowercasing existed
         if manifest["shared"]:
-            shared = kind.load(directory / manifest["shared"])
+            shared = kind.load(directory / manifest["shared"], lowercase=lowercase)
             return cls(shared, shared)
-        return cls(kind.load(directory / manifest["src"]), kind.load(directory / manifest["tgt"]))
+        return cls(kind.load(directory / manifest["src"], lowercase=lowercase),
+                   kind.load(directory / manifest["tgt"], lowercase=lowercase))
 
     @classmethod
     def train(cls, pairs: Callable[[], Iterator[tuple[str, str]]], *, kind: str = "bpe",
               vocab_size: int = 8000, shared: bool = True, character_coverage: float = 0.9995,
-              min_freq: int = 1, max_sentences: int = 2_000_000, seed: int = 1) -> Tokenizers:
+              min_freq: int = 1, max_sentences: int = 2_000_000, seed: int = 1,
+              lowercase: bool = False) -> Tokenizers:
         """Learn tokenizers from training pairs; `pairs` gives a fresh iterator on each call.
 
         kind: "bpe" or "unigram" (SentencePiece) or "word". Shared: one vocabulary learnt from
         source and target text together (the paper's shared BPE), else one per side.
+        lowercase: both sides lowercase all text, here and whenever they encode.
         """
         def texts(side: int | None) -> Iterator[str]:
             for pair in pairs():
@@ -216,10 +241,11 @@ class Tokenizers:
 
         def learn(side: int | None) -> Tokenizer:
             if kind == "word":
-                return WordTokenizer.train(texts(side), min_freq=min_freq)
+                return WordTokenizer.train(texts(side), min_freq=min_freq, lowercase=lowercase)
             return SentencePieceTokenizer.train(
                 texts(side), vocab_size=vocab_size, model_type=kind,
-                character_coverage=character_coverage, max_sentences=max_sentences, seed=seed)
+                character_coverage=character_coverage, max_sentences=max_sentences, seed=seed,
+                lowercase=lowercase)
 
         if kind not in ("bpe", "unigram", "word"):
             raise DataError(f"data.tokenizer must be 'bpe', 'unigram' or 'word', got {kind!r}")

@@ -318,7 +318,9 @@ class Trainer:
     def references(self) -> list[str]:
         if self._references is None:
             keep = set(self.data.valid.pair_ids.tolist())
-            self._references = [t for i, (_, t) in enumerate(self.data.valid_corpus.pairs())
+            lowercase = self.data.tokenizers.lowercase  # then so are the translations
+            self._references = [t.lower() if lowercase else t
+                                for i, (_, t) in enumerate(self.data.valid_corpus.pairs())
                                 if i in keep]
         return self._references
 
