@@ -58,19 +58,20 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    steps = DecoderSteps(model, src, use_cache=use_cache, beams=k)
+    steps = DecoderSteps(model, src, use_cache=use_cache)  # one row per sentence, then k
     forced, forced_len = forced_prefix(prefixes, batch, device)
-    limits = max_output_lengths(steps.src_lengths[::k], max_len_a, max_len_b,
-                                config.max_positions)
+    limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
-    active = torch.arange(batch, device=device)  # the sentence of each group of k rows
-    scores = torch.full((batch, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start equal: keep one, or the first step picks duplicates
-    tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # outputs so far
+    active = torch.arange(batch, device=device)  # the sentence of each group of `width` rows
+    # all beams start equal, so the first step runs one row per sentence (the same work k times
+    # over otherwise) and its k best extensions become the k beams
+    width = 1
+    scores = torch.zeros(batch, width, device=device)  # log p(prefix) of each row's prefix
+    tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)  # outputs so far
     for step in range(int(limits.max()) + 1):
         n = len(active)
-        log_probs = steps.log_probs().view(n, k, -1)  # (n, k, V)
+        log_probs = steps.log_probs().view(n, width, -1)  # (n, width, V)
         vocab = log_probs.shape[-1]
         if step < min_len:
             log_probs[..., eos] = float("-inf")
@@ -82,7 +83,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
             allowed = forced[active, step].clamp(min=0)
             keep = torch.nn.functional.one_hot(allowed, vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
-        candidates = (scores[:, :, None] + log_probs).view(n, k * vocab)
+        candidates = (scores[:, :, None] + log_probs).view(n, width * vocab)
         top_scores, top = candidates.topk(2 * k, dim=1)  # (n, 2k), best first
         beam, token = top // vocab, top % vocab
         is_eos = token.eq(eos) & top_scores.isfinite()
@@ -90,7 +91,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         # finished hypotheses: <eos> among a sentence's top k candidates
         hits = (is_eos[:, :k]).nonzero().tolist()
         if hits:
-            prefix = tokens.view(n, k, -1)
+            prefix = tokens.view(n, width, -1)
             for row, rank in hits:
                 _add(finished[int(active[row])], nbest, Hypothesis(
                     float(top_scores[row, rank]) / length_penalty(step + 1, alpha,
@@ -102,9 +103,13 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
         scores = top_scores.gather(1, order)
         beam, token = beam.gather(1, order), token.gather(1, order)
-        rows = (torch.arange(n, device=device)[:, None] * k + beam).view(-1)
+        rows = (torch.arange(n, device=device)[:, None] * width + beam).view(-1)
         tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
-        steps.reorder_beams(rows)  # within each sentence: its source side stays as it is
+        if width == 1:  # each sentence's row becomes its k beams, source side included
+            steps.select(rows)
+            width = k
+        else:  # within each sentence: its source side stays as it is
+            steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
         done = _done(finished, active, scores, limits, step, nbest, alpha, length_normalization,

@@ -13,19 +13,16 @@ class DecoderSteps:
 
     With the cache (the default) each step feeds only the newest token; without it the whole
     prefix is fed every step (for checking the cache). `select(rows)` keeps, reorders or repeats
-    rows (finished sentences leaving the batch); `reorder_beams(rows)` moves rows only among
-    those of the same source, whose encoder output and cross-attention cache are the same.
+    rows (finished sentences leaving the batch, a source's row repeated for its beams);
+    `reorder_beams(rows)` moves rows only among those of the same source, whose encoder output
+    and cross-attention cache are the same.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True,
-                 beams: int = 1) -> None:
-        """src (B, S); with beams=k the rows are (B*k): each source's encoding repeated k times
-        (it is encoded once)."""
+    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
+        """src (B, S): one row per source to begin with."""
         self.model = model
-        src_mask = model.src_mask(src)
-        memory = model.encode(src, src_mask)
-        self.src_mask = src_mask.repeat_interleave(beams, dim=0) if beams > 1 else src_mask
-        self.memory = memory.repeat_interleave(beams, dim=0) if beams > 1 else memory
+        self.src_mask = model.src_mask(src)
+        self.memory = model.encode(src, self.src_mask)
         self.cache = model.new_cache() if use_cache else None
         # the decoder's input: the newest token (with the cache) or the whole prefix
         self.inputs = torch.full((self.memory.shape[0], 1), model.config.bos_id, dtype=torch.long,
