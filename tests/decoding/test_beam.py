@@ -119,6 +119,17 @@ def test_the_best_hypothesis_is_returned_not_the_greedy_one():
     assert greedy_search(model, src, max_len_a=0, max_len_b=5, use_cache=False)[0] != [B]
 
 
+def test_a_beam_wider_than_half_the_vocabulary():
+    # each step ranks 2k extensions: with 2k > V some of them do not exist
+    model = ScriptedModel(TABLE)
+    src = torch.tensor([[A, B]])
+    kw = dict(length_penalty_alpha=0.0, max_len_a=0, max_len_b=5, use_cache=False)
+    wide = beam_search(model, src, beam_size=7, nbest=3, **kw)[0]
+    # the three best: (B), then (A) and (A, C), which tie
+    assert [h.score for h in wide] == pytest.approx([math.log(0.38)] + 2 * [math.log(0.18)])
+    assert wide[0].tokens == (B,) and wide[0].log_prob == pytest.approx(math.log(0.4 * 0.95))
+
+
 def test_a_longer_hypothesis_that_finishes_later_wins_when_it_is_better():
     # (A, A, C, <eos>) has p = 0.6*0.4*0.5*1 = 0.12 vs (A, <eos>) 0.18 and (B, <eos>) 0.38;
     # with a strong length penalty the long one's normalised score is best

@@ -21,6 +21,7 @@ import heapq
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
@@ -76,16 +77,15 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
         if step < min_len:
             log_probs[..., eos] = float("-inf")
         at_limit = step >= limits[active]  # only <eos> may follow
-        log_probs[at_limit] = log_probs[at_limit].masked_fill(
-            torch.arange(vocab, device=device) != eos, float("-inf"))
+        if at_limit.any():
+            log_probs[at_limit] = log_probs[at_limit].masked_fill(
+                torch.arange(vocab, device=device) != eos, float("-inf"))
         if step < forced.shape[1]:  # only the forced token may follow
             rows = step < forced_len[active]
             allowed = forced[active, step].clamp(min=0)
-            keep = torch.nn.functional.one_hot(allowed, vocab).bool()[:, None, :]
+            keep = F.one_hot(allowed, vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
-        candidates = (scores[:, :, None] + log_probs).view(n, width * vocab)
-        top_scores, top = candidates.topk(2 * k, dim=1)  # (n, 2k), best first
-        beam, token = top // vocab, top % vocab
+        top_scores, beam, token = _best_extensions(scores, log_probs, 2 * k)  # (n, 2k) each
         is_eos = token.eq(eos) & top_scores.isfinite()
 
         # finished hypotheses: <eos> among a sentence's top k candidates
@@ -123,6 +123,25 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
             tokens = tokens.index_select(0, rows)
             steps.select(rows)
     return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
+
+
+def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The m best one-token extensions of each sentence's beams, best first: their total
+    log-probabilities, beams and tokens, each (n, m).
+
+    scores (n, width) are the beams' log-probabilities, log_probs (n, width, V) the next token's.
+    A sentence's m best are among the m best of each of its beams, so the beams' scores are
+    added to those (n, width, m) and not to all n * width * V log-probabilities; where a beam
+    has fewer than m tokens, the missing ones are -inf.
+    """
+    n, width, vocab = log_probs.shape
+    beam_scores, beam_tokens = log_probs.topk(min(m, vocab), dim=2)
+    if vocab < m:
+        beam_scores = F.pad(beam_scores, (0, m - vocab), value=float("-inf"))
+        beam_tokens = F.pad(beam_tokens, (0, m - vocab))
+    candidates = (scores[:, :, None] + beam_scores).view(n, width * m)
+    top_scores, top = candidates.topk(m, dim=1)
+    return top_scores, top // m, beam_tokens.view(n, width * m).gather(1, top)
 
 
 def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
