@@ -1,12 +1,10 @@
 """transduce: the Transformer of "Attention Is All You Need" for machine translation."""
 
-import os
+from transduce import runtime
 
-# Large CPU tensors (logits, activations) are allocated and freed every step; backed by huge pages
-# they cost a fraction of the page faults: a training step of the `tiny` model ran about 20%
-# faster on 2 cores (benchmarks/train_step.py). Read by PyTorch at its first allocation, so set
-# before importing torch; a user's own setting wins.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# large CPU tensors are allocated and freed every step: see transduce/runtime.py
+runtime.use_huge_pages()  # before torch is imported
+runtime.keep_freed_memory()
 
 from transduce.api import resume, train  # noqa: E402
 from transduce.decoding.translator import Translation, Translator  # noqa: E402

@@ -18,9 +18,9 @@ def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
     produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
     outputs finish. `prefixes` force the first target tokens of each sentence.
     """
-    return _one_token_per_step(model, src, lambda lp: lp.argmax(-1), max_len_a=max_len_a,
+    return _one_token_per_step(model, src, lambda scores: scores.argmax(-1), max_len_a=max_len_a,
                                max_len_b=max_len_b, min_len=min_len, prefixes=prefixes,
-                               use_cache=use_cache)
+                               use_cache=use_cache, normalise=False)
 
 
 def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: int = 0,
@@ -51,8 +51,10 @@ def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: 
 
 @torch.no_grad()
 def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: float,
-                        max_len_b: int, min_len: int, prefixes, use_cache: bool
-                        ) -> list[list[int]]:
+                        max_len_b: int, min_len: int, prefixes, use_cache: bool,
+                        normalise: bool = True) -> list[list[int]]:
+    """`choose` picks each row's next token from its log-probabilities, (rows, V) -> (rows,),
+    or, with normalise=False, from the logits (the same order, no log-softmax)."""
     config = model.config
     steps = DecoderSteps(model, src, use_cache=use_cache)
     batch = src.shape[0]
@@ -63,10 +65,10 @@ def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: f
     lengths = limits.clone().cpu()
     active = torch.arange(batch, device=src.device)  # the sentence of each decoder row
     for step in range(int(limits.max())):
-        log_probs = steps.log_probs()
+        scores = steps.log_probs() if normalise else steps.logits()
         if step < min_len:
-            log_probs[:, config.eos_id] = float("-inf")
-        tokens = choose(log_probs)
+            scores[:, config.eos_id] = float("-inf")
+        tokens = choose(scores)
         if step < forced.shape[1]:
             rows = step < forced_len[active]
             tokens = torch.where(rows, forced[active, min(step, forced.shape[1] - 1)], tokens)

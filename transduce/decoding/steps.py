@@ -38,10 +38,16 @@ class DecoderSteps:
         """log p(next token | source, prefix) for every row: (rows, V), fp32; <pad> and <bos>
         are never a translation's tokens, so they get -inf (the others keep the model's
         log-probabilities, not renormalised)."""
-        logits = self.model.decode(self.inputs, self.memory, self.src_mask,
-                                   cache=self.cache)[:, -1]
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        log_probs = torch.log_softmax(self._decode().float(), dim=-1)
         return log_probs.index_fill_(1, self._never, float("-inf"))
+
+    def logits(self) -> Tensor:
+        """The next token's scores for every row, (rows, V), ordered as `log_probs` (which
+        are these less a constant per row), <pad> and <bos> -inf: enough for an argmax."""
+        return self._decode().float().index_fill_(1, self._never, float("-inf"))
+
+    def _decode(self) -> Tensor:
+        return self.model.decode(self.inputs, self.memory, self.src_mask, cache=self.cache)[:, -1]
 
     def append(self, tokens: Tensor) -> None:
         """Extend every row's prefix by one token: (rows,)."""

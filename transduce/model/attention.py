@@ -52,11 +52,11 @@ def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None 
     mask = _with_causal(mask, q, k) if causal else mask
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = torch.where(mask, scores, float("-inf"))
     weights = scores.softmax(dim=-1)
     if mask is not None:  # rows with no key to attend to are NaN after softmax(-inf, ..., -inf)
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+        weights = torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)
+    return (F.dropout(weights, dropout) if dropout else weights) @ v, weights
 
 
 def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:

@@ -33,8 +33,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         n = len(rows)
         padding = -n % _bucket(n)
         if padding:
-            rows = torch.cat([rows, rows.new_zeros(padding, rows.shape[1])])
-        return onednn_linear(rows, weight, bias)[:n].view(*x.shape[:-1], weight.shape[0])
+            out = onednn_linear(torch.cat([rows, rows.new_zeros(padding, rows.shape[1])]),
+                                weight, bias)[:n]
+        else:
+            out = onednn_linear(rows, weight, bias)
+        return out.view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight, bias)
 
 

@@ -1,0 +1,31 @@
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+def _in_a_fresh_process(code: str, **env: str) -> str:
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+                                "THP_MEM_ALLOC_ENABLE")}
+    return subprocess.run([sys.executable, "-c", code], env={**environment, **env},
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_freed_memory_is_kept_unless_the_user_tuned_malloc():
+    code = "from transduce import runtime; print(runtime.keep_freed_memory())"
+    assert _in_a_fresh_process(code) == "True"
+    assert _in_a_fresh_process(code, MALLOC_TRIM_THRESHOLD_="131072") == "False"
+    assert _in_a_fresh_process(code, MALLOC_MMAP_THRESHOLD_="131072") == "False"
+
+
+def test_huge_pages_unless_the_user_said_otherwise():
+    code = "import transduce, os; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    assert _in_a_fresh_process(code) == "1"
+    assert _in_a_fresh_process(code, THP_MEM_ALLOC_ENABLE="0") == "0"
+

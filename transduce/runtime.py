@@ -1,0 +1,44 @@
+"""Process-wide memory settings that make CPU work faster, applied when transduce is imported.
+
+Training and decoding allocate and free the same large tensors (logits, activations, key/value
+buffers) every step. Left to their defaults, the kernel takes that memory back when it is freed
+and faults it in again, page by page, at the next step. Both settings below leave a user's own
+choice alone: set the variable yourself to override it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_MAX = 32 << 20  # the largest glibc accepts on 64-bit systems
+_TRIM_THRESHOLD = 1 << 30
+
+
+def use_huge_pages() -> None:
+    """Back PyTorch's large CPU tensors with transparent huge pages: a fraction of the page
+    faults (a training step of the `tiny` model ran about 20% faster on 2 cores). PyTorch reads
+    THP_MEM_ALLOC_ENABLE at its first allocation, so this runs before torch is imported."""
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the kernel:
+    blocks up to 32 MiB come from the heap rather than from a fresh mapping each, and the heap is
+    trimmed only past 1 GiB free. Beam search (`tiny`, beam 5, 2 cores) ran 1.2x faster, its
+    minor page faults going from about 800,000 to none, its system time from 2.9 s to 0.1 s.
+    The price: a process stays at its peak memory. Skipped where the allocator is not glibc's or
+    MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ are set; returns whether it applied."""
+    if os.environ.keys() & {"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"}:
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return False
+    if not hasattr(libc, "gnu_get_libc_version"):  # not glibc: musl, macOS, Windows
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+                and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
