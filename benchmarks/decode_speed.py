@@ -11,7 +11,8 @@ Part 2, random weights at the `tiny` and `base` shapes, every output forced to 1
 64: the numbers of the issue's orientation table.
 
 Every engine runs in its own process (peak memory is per process), 2 threads, batches of 64
-sentences sorted by length.
+sentences sorted by length. CTranslate2 runs twice: with its default matrix products (MKL on an
+Intel CPU) and with oneDNN's (CT2_USE_MKL=0), since which is faster depends on the machine.
 
     python benchmarks/decode_speed.py                       # both parts
     python benchmarks/decode_speed.py --part 2 --shapes tiny
@@ -31,11 +32,12 @@ from pathlib import Path
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
 ENGINES = ("transduce", "transduce-bf16", "transduce-exact", "transduce-nocache", "hf",
-           "hf-never", "ct2-fp32", "ct2-int8")
+           "hf-never", "ct2-fp32", "ct2-int8", "ct2-fp32-onednn", "ct2-int8-onednn")
 # which of ours each engine's translations are compared with
 COUNTERPART = {"transduce-bf16": "transduce", "transduce-exact": "transduce",
                "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
-               "ct2-fp32": "transduce", "ct2-int8": "transduce"}
+               "ct2-fp32": "transduce", "ct2-int8": "transduce", "ct2-fp32-onednn": "transduce",
+               "ct2-int8-onednn": "transduce"}
 EXHAUSTIVE = ("transduce-exact", "hf-never")  # the same as the others for greedy search
 
 
@@ -109,6 +111,10 @@ def child(args) -> None:
             for i, row in zip(batch, generated.tolist(), strict=True):
                 outputs[i] = [t for t in row[1:] if t not in (1, 3)]
     else:
+        if args.engine.endswith("-onednn"):
+            # CTranslate2's matrix products on oneDNN instead of MKL: on a 2-core Xeon MKL's
+            # took 3.7x longer with 2 threads than with 1 (greedy), oneDNN's scale
+            os.environ["CT2_USE_MKL"] = "0"
         import ctranslate2
         quantization = args.engine.split("-")[1]
         translator = ctranslate2.Translator(str(model_dir / f"ct2-{quantization}"),
