@@ -28,4 +28,3 @@ def test_huge_pages_unless_the_user_said_otherwise():
     code = "import transduce, os; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
     assert _in_a_fresh_process(code) == "1"
     assert _in_a_fresh_process(code, THP_MEM_ALLOC_ENABLE="0") == "0"
-

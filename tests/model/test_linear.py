@@ -58,4 +58,3 @@ def test_row_buckets_are_few_and_waste_at_most_an_eighth():
     padded = {n: n + (-n % module._bucket(n)) for n in range(1, 2049)}
     assert len(set(padded.values())) <= 80  # 2,048 row counts, few kernels
     assert all(p - n <= max(15, n // 8) for n, p in padded.items())
-

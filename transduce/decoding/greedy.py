@@ -18,9 +18,9 @@ def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
     produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
     outputs finish. `prefixes` force the first target tokens of each sentence.
     """
-    return _one_token_per_step(model, src, lambda scores: scores.argmax(-1), max_len_a=max_len_a,
+    return _one_token_per_step(model, src, lambda logits: logits.argmax(-1), max_len_a=max_len_a,
                                max_len_b=max_len_b, min_len=min_len, prefixes=prefixes,
-                               use_cache=use_cache, normalise=False)
+                               use_cache=use_cache)
 
 
 def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: int = 0,
@@ -33,8 +33,8 @@ def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: 
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
 
-    def choose(log_probs: Tensor) -> Tensor:
-        scores = log_probs / temperature
+    def choose(logits: Tensor) -> Tensor:
+        scores = logits / temperature  # softmax(scores) = p^(1/temperature), renormalised
         if top_k:
             kth = scores.topk(min(top_k, scores.shape[-1]), dim=-1).values[:, -1:]
             scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -51,10 +51,11 @@ def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: 
 
 @torch.no_grad()
 def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: float,
-                        max_len_b: int, min_len: int, prefixes, use_cache: bool,
-                        normalise: bool = True) -> list[list[int]]:
-    """`choose` picks each row's next token from its log-probabilities, (rows, V) -> (rows,),
-    or, with normalise=False, from the logits (the same order, no log-softmax)."""
+                        max_len_b: int, min_len: int, prefixes, use_cache: bool
+                        ) -> list[list[int]]:
+    """`choose` picks each row's next token from its logits, (rows, V) -> (rows,): they are the
+    log-probabilities less a constant per row, so no log-softmax is needed for an argmax or a
+    softmax."""
     config = model.config
     steps = DecoderSteps(model, src, use_cache=use_cache)
     batch = src.shape[0]
@@ -65,10 +66,10 @@ def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: f
     lengths = limits.clone().cpu()
     active = torch.arange(batch, device=src.device)  # the sentence of each decoder row
     for step in range(int(limits.max())):
-        scores = steps.log_probs() if normalise else steps.logits()
+        logits = steps.logits()
         if step < min_len:
-            scores[:, config.eos_id] = float("-inf")
-        tokens = choose(scores)
+            logits[:, config.eos_id] = float("-inf")
+        tokens = choose(logits)
         if step < forced.shape[1]:
             rows = step < forced_len[active]
             tokens = torch.where(rows, forced[active, min(step, forced.shape[1] - 1)], tokens)
