@@ -4,7 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
+from transduce.training import loss as loss_module
+from transduce.training.loss import (label_smoothed_cross_entropy, nll_loss,
+                                     projected_label_smoothed_cross_entropy)
 
 PAD = 1
 
@@ -63,3 +65,54 @@ def test_nll_for_perplexity_ignores_padding():
     target = torch.tensor([4, PAD, 7])
     expected = -(logits.log_softmax(-1)[0, 4] + logits.log_softmax(-1)[2, 7])
     torch.testing.assert_close(nll_loss(logits, target, ignore_index=PAD), expected)
+
+
+@pytest.fixture(params=[False, True], ids=["one chunk", "chunks of 3 rows"])
+def chunking(request, monkeypatch):
+    if request.param:
+        monkeypatch.setattr(loss_module, "_CHUNK_BYTES", 3 * 4 * 50)  # V = 50
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_projected_loss_equals_projecting_then_torch_cross_entropy(eps, reduction, chunking):
+    hidden = torch.randn(4, 7, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (4, 7))
+    target[0, 3:] = PAD
+    target[2, 5:] = PAD
+    ours = projected_label_smoothed_cross_entropy(hidden, weight, target, epsilon=eps,
+                                                  ignore_index=PAD, reduction=reduction)
+    g_ours = torch.autograd.grad(ours * 3.0, (hidden, weight))
+    ref = F.cross_entropy((hidden @ weight.T).flatten(0, 1), target.flatten(), ignore_index=PAD,
+                          label_smoothing=eps, reduction=reduction)
+    g_ref = torch.autograd.grad(ref * 3.0, (hidden, weight))
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+    assert (g_ours[0][0, 3:] == 0).all()  # padding positions get no gradient
+
+
+def test_projected_loss_under_bf16_autocast_matches_the_bf16_output_layer(chunking):
+    hidden = torch.randn(5, 6, 16, requires_grad=True)
+    weight = torch.randn(50, 16, requires_grad=True)
+    target = torch.randint(2, 50, (5, 6))
+    target[1, 4:] = PAD
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = projected_label_smoothed_cross_entropy(hidden, weight, target, ignore_index=PAD)
+        logits = F.linear(hidden, weight)  # bf16, as the model's output layer under autocast
+        ref = label_smoothed_cross_entropy(logits, target, ignore_index=PAD)
+    g_ours = torch.autograd.grad(ours, (hidden, weight))
+    g_ref = torch.autograd.grad(ref, (hidden, weight))
+    assert g_ours[0].dtype == g_ours[1].dtype == torch.float32
+    torch.testing.assert_close(ours, ref)
+    for a, b in zip(g_ours, g_ref):  # both from bf16 products; ours rounds partial sums too
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
+
+
+def test_projected_loss_without_gradients_has_the_same_value():
+    hidden, weight = torch.randn(3, 4, 8), torch.randn(30, 8)
+    target = torch.randint(0, 30, (3, 4))
+    with torch.no_grad():
+        value = projected_label_smoothed_cross_entropy(hidden, weight, target, ignore_index=PAD)
+    expected = label_smoothed_cross_entropy(hidden @ weight.T, target, ignore_index=PAD)
+    torch.testing.assert_close(value, expected)

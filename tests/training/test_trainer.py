@@ -84,15 +84,15 @@ def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
 
 def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatch):
     trainer = Trainer(_config("train.max_updates=20", "train.max_bad_updates=3"), tmp_path / "nan")
-    real_forward = trainer.model.forward
+    real_features = trainer.model.features  # the decoder states the loss projects
     calls = {"n": 0}
 
     def sometimes_nan(src, tgt):
         calls["n"] += 1
-        logits = real_forward(src, tgt)
-        return logits * float("nan") if calls["n"] in (2,) or calls["n"] >= 5 else logits
+        hidden = real_features(src, tgt)
+        return hidden * float("nan") if calls["n"] in (2,) or calls["n"] >= 5 else hidden
 
-    monkeypatch.setattr(trainer.model, "forward", sometimes_nan)
+    monkeypatch.setattr(trainer.model, "features", sometimes_nan)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     with pytest.raises(TrainingError, match="not finite 3 updates in a row"):
         trainer.train()

@@ -96,8 +96,13 @@ class Transformer(nn.Module):
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) ids -> logits (B, T, V)."""
+        return self.output(self.features(src, tgt_in))
+
+    def features(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing up to the output projection: the decoder's last states (B, T, D)."""
         src_mask = self.src_mask(src)
-        return self.decode(tgt_in, self.encode(src, src_mask), src_mask)
+        hidden, _ = self.decoder(tgt_in, self.encode(src, src_mask), src_mask)
+        return hidden
 
     def src_mask(self, src: Tensor) -> Tensor:
         """(B, S) ids -> (B, 1, 1, S), True on real tokens."""

@@ -24,7 +24,7 @@ from transduce.errors import UserError
 from transduce.model.transformer import Transformer
 from transduce.training import checkpoint as ckpt
 from transduce.training import schedule
-from transduce.training.loss import label_smoothed_cross_entropy
+from transduce.training.loss import projected_label_smoothed_cross_entropy
 from transduce.training.validate import Validation, validate
 
 log = logging.getLogger("transduce.train")
@@ -231,10 +231,11 @@ class Trainer:
         for batch in batches:
             batch = batch.to(self.device)
             with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in)
-            loss = label_smoothed_cross_entropy(logits, batch.tgt_out,
-                                                epsilon=self.config.train.label_smoothing,
-                                                ignore_index=self.model_config.pad_id)
+                hidden = self.model.features(batch.src, batch.tgt_in)
+                loss = projected_label_smoothed_cross_entropy(
+                    hidden, self.model.output.weight, batch.tgt_out,
+                    epsilon=self.config.train.label_smoothing,
+                    ignore_index=self.model_config.pad_id)
             self.scaler.scale(loss / tokens).backward()
             total += loss.item()
         return total, tokens
