@@ -21,6 +21,7 @@ from torch import nn
 
 from transduce import ModelConfig, Transformer
 from transduce.model.embeddings import sinusoidal_encoding
+from transduce.training.loss import projected_label_smoothed_cross_entropy
 
 PAD = 1
 VOCAB = {"tiny": 8000, "base": 37000, "iwslt": 10000, "big": 37000}
@@ -90,9 +91,13 @@ def make_batches(vocab: int, max_tokens: int, n_batches: int, seed: int = 0):
 def train_step(model, optimizer, batch, bf16: bool) -> None:
     src, tgt_in, tgt_out = batch
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(src, tgt_in)
-    loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD,
-                           label_smoothing=0.1)
+        if isinstance(model, Transformer):  # as the Trainer runs it: output layer and loss in
+            loss = projected_label_smoothed_cross_entropy(  # one pass, chunk by chunk
+                model.features(src, tgt_in), model.output.weight, tgt_out, epsilon=0.1,
+                ignore_index=PAD, reduction="mean")
+        else:  # plain PyTorch: the logits, then F.cross_entropy
+            loss = F.cross_entropy(model(src, tgt_in).float().flatten(0, 1), tgt_out.flatten(),
+                                   ignore_index=PAD, label_smoothing=0.1)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from transduce.decoding.beam import beam_search, length_penalty
+from transduce.decoding.beam import _in_parents_rows, beam_search, length_penalty
 from transduce.decoding.greedy import greedy_search
 
 from ..conftest import random_tokens, small_model
@@ -200,3 +200,22 @@ def test_sampling_respects_top_k_and_is_reproducible():
     b2 = sample(model, src, top_p=0.9, generator=torch.Generator().manual_seed(5),
                 max_len_a=0, max_len_b=6)
     assert b1 == b2
+
+
+def test_new_beams_stay_in_their_parents_rows_where_they_can():
+    torch.manual_seed(0)
+    k = 5
+    parent = torch.randint(0, k, (200, k))
+    order = _in_parents_rows(parent)
+    assert torch.equal(order.sort(1).values, torch.arange(k).expand(200, k))  # a permutation
+    placed = parent.gather(1, order)  # the parent of the beam in each row
+    for sentence in range(200):
+        parents = parent[sentence].tolist()
+        for child, p in enumerate(parents):
+            row = order[sentence].tolist().index(child)
+            if p not in parents[:child]:  # the first child of p is in p's row
+                assert row == p
+        # only the other children move: one row each, in rows of parents without children
+        moved = [r for r in range(k) if placed[sentence, r] != r]
+        assert len(moved) == k - len(set(parents))
+        assert not set(moved) & set(parents)

@@ -140,3 +140,23 @@ def test_training_under_bf16_autocast_attends_in_fp32():
     torch.testing.assert_close(out, expected.to(torch.bfloat16))
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16 and q.grad.isfinite().all()
+
+
+@pytest.mark.parametrize("n_q", [1, 4])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cross_attention_to_one_memory_row_per_group_equals_repeating_it(n_q, need_weights):
+    # beam search keeps a source's encoder output once for its k beams
+    attn = MultiHeadAttention(16, 2).eval()
+    beams, x = 3, torch.randn(6, n_q, 16)  # 2 sources x 3 beams
+    memory, mask = torch.randn(2, 7, 16), _key_mask(batch=2)
+    cache = KVCache()
+    with torch.no_grad():
+        grouped = attn(x, memory, mask=mask, cache=cache, need_weights=need_weights)
+        again = attn(x, memory, mask=mask, cache=cache, need_weights=need_weights)  # cached
+        repeated = attn(x, memory.repeat_interleave(beams, 0), mask=mask.repeat_interleave(
+            beams, 0), need_weights=need_weights)
+    assert cache.keys.shape[0] == 2
+    for out in (grouped, again):
+        torch.testing.assert_close(out[0], repeated[0])
+        if need_weights:
+            torch.testing.assert_close(out[1], repeated[1])

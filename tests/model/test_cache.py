@@ -42,3 +42,14 @@ def test_many_reorders_and_appends_equal_a_plain_gather():
         cache.select(index)
         keys, values = keys[index], values[index]
         assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
+
+
+def test_move_copies_rows_in_place_reading_all_before_writing():
+    cache = KVCache()
+    keys = torch.randn(5, 2, 3, 4)
+    cache.append(keys, -keys)
+    src, dst = torch.tensor([0, 3, 1]), torch.tensor([3, 4, 0])  # row 3 is read and written
+    cache.move(src, dst)
+    expected = keys.index_copy(0, dst, keys[src])
+    torch.testing.assert_close(cache.keys, expected)
+    torch.testing.assert_close(cache.values, -expected)

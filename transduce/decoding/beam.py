@@ -101,14 +101,16 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
 
         # the k best extensions that go on (there are at least k among 2k: one <eos> per beam)
         order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
+        if width == k:  # as many as can stay in their parent's row do, so fewer rows move
+            order = order.gather(1, _in_parents_rows(beam.gather(1, order)))
         scores = top_scores.gather(1, order)
         beam, token = beam.gather(1, order), token.gather(1, order)
         rows = (torch.arange(n, device=device)[:, None] * width + beam).view(-1)
         tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
-        if width == 1:  # each sentence's row becomes its k beams, source side included
-            steps.select(rows)
+        if width == 1:  # each sentence's row becomes its k beams (which share its source side)
+            steps.split(k)
             width = k
-        else:  # within each sentence: its source side stays as it is
+        else:
             steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
@@ -121,7 +123,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
             active, scores = active[keep], scores[keep]
             rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             tokens = tokens.index_select(0, rows)
-            steps.select(rows)
+            steps.select(keep)
     return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
 
 
@@ -142,6 +144,22 @@ def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor,
     candidates = (scores[:, :, None] + beam_scores).view(n, width * m)
     top_scores, top = candidates.topk(m, dim=1)
     return top_scores, top // m, beam_tokens.view(n, width * m).gather(1, top)
+
+
+def _in_parents_rows(parent: Tensor) -> Tensor:
+    """Where each sentence's new beams go, given their parents (n, k): the first (best) child of
+    each parent into its parent's row, the others into the rows of parents without children, in
+    order. Returns (n, k): the new beam in row r is new beam [r]. Its cache and prefix then move
+    only where a parent has two children or more: 26% of the rows when beam 5 translated Multi30k
+    test2016 with a trained model, instead of all of them."""
+    n, k = parent.shape
+    rows = torch.arange(k, device=parent.device)
+    siblings = parent[:, :, None] == parent[:, None, :]  # (n, k, k)
+    first = ~(siblings & (rows[:, None] > rows)).any(2)  # no better sibling
+    taken = ((parent[:, :, None] == rows) & first[:, :, None]).any(1)  # (n, rows)
+    free = torch.argsort(taken.to(torch.int8), dim=1, stable=True)  # untaken rows first, in order
+    row = torch.where(first, parent, free.gather(1, ((~first).cumsum(1) - 1).clamp(min=0)))
+    return torch.empty_like(row).scatter_(1, row, rows.expand(n, k))
 
 
 def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:

@@ -12,10 +12,11 @@ class DecoderSteps:
     """Encodes a batch once, then gives next-token log-probabilities step by step.
 
     With the cache (the default) each step feeds only the newest token; without it the whole
-    prefix is fed every step (for checking the cache). `select(rows)` keeps, reorders or repeats
-    rows (finished sentences leaving the batch, a source's row repeated for its beams);
-    `reorder_beams(rows)` moves rows only among those of the same source, whose encoder output
-    and cross-attention cache are the same.
+    prefix is fed every step (for checking the cache). Each source has `group` consecutive
+    decoder rows: 1 to begin with, its k beams after `split(k)`; they share the source's encoder
+    output and cross-attention keys and values, kept once per source. `select(sources)` keeps
+    sources with their rows (finished sentences leave the batch); `reorder_beams(rows)` moves
+    rows among those of the same source.
     """
 
     def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
@@ -24,6 +25,7 @@ class DecoderSteps:
         self.src_mask = model.src_mask(src)
         self.memory = model.encode(src, self.src_mask)
         self.cache = model.new_cache() if use_cache else None
+        self.group = 1
         # the decoder's input: the newest token (with the cache) or the whole prefix
         self.inputs = torch.full((self.memory.shape[0], 1), model.config.bos_id, dtype=torch.long,
                                  device=src.device)
@@ -32,6 +34,7 @@ class DecoderSteps:
 
     @property
     def src_lengths(self) -> Tensor:
+        """(sources,)"""
         return self.src_mask.view(self.src_mask.shape[0], -1).sum(-1)
 
     def log_probs(self) -> Tensor:
@@ -56,18 +59,28 @@ class DecoderSteps:
         else:
             self.inputs = torch.cat([self.inputs, tokens[:, None]], dim=1)
 
-    def select(self, rows: Tensor) -> None:
-        self.memory = self.memory.index_select(0, rows)
-        self.src_mask = self.src_mask.index_select(0, rows)
-        self._reorder(rows, cross_attention=True)
+    def select(self, sources: Tensor) -> None:
+        """Keep the sources `sources` (1-D index, in their new order) and all their rows."""
+        self.memory = self.memory.index_select(0, sources)
+        self.src_mask = self.src_mask.index_select(0, sources)
+        if self.cache is not None:
+            self.cache.select_sources(sources)
+        rows = sources[:, None] * self.group + torch.arange(self.group, device=sources.device)
+        self.reorder_beams(rows.view(-1))
+
+    def split(self, k: int) -> None:
+        """Each source's one row becomes k equal rows (its beams), to be extended differently."""
+        if self.group != 1:
+            raise ValueError(f"split needs one row per source, not {self.group}")
+        self.reorder_beams(torch.arange(len(self.inputs), device=self.inputs.device)
+                           .repeat_interleave(k))
+        self.group = k
 
     def reorder_beams(self, rows: Tensor) -> None:
-        self._reorder(rows, cross_attention=False)
-
-    def _reorder(self, rows: Tensor, cross_attention: bool) -> None:
+        """Keep decoder rows `rows`, each among the rows of its own source."""
         self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
-            self.cache.select(rows, cross_attention=cross_attention)
+            self.cache.select_rows(rows)
 
 
 def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int,

@@ -59,6 +59,11 @@ def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None 
     return (F.dropout(weights, dropout) if dropout else weights) @ v, weights
 
 
+def _ungroup(x: Tensor, groups: int) -> Tensor:
+    """(B/g, H, g*T, X) -> (B, H, T, X): undo the grouping of queries by memory row."""
+    return x.unflatten(2, (groups, -1)).transpose(1, 2).flatten(0, 1)
+
+
 def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
     causal = causal_mask(q.shape[2], k.shape[2], device=q.device)
     return causal if mask is None else mask & causal
@@ -98,6 +103,8 @@ class MultiHeadAttention(nn.Module):
         keys up to their own position. cache: self-attention appends this call's keys and values
         to it and attends to all of them; cross-attention fills it once and then reuses it.
         Returns the output (B, T, D) and, with need_weights, the weights (B, H, T, T_k).
+        `memory` may have B / g rows (g dividing B): then each serves g consecutive rows of x, as
+        a source's encoder output serves its g beams without being repeated g times.
         """
         # 1) project to queries, keys and values, split into heads: (B, H, T, Dh)
         if memory is None:
@@ -114,12 +121,19 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._heads(linear(memory, w[d:], b[d:]), 2)
                 if cache is not None:
                     cache.append(k, v)
-        # 2) attend, each head on its own
+        # 2) attend, each head on its own. With fewer memory rows than query rows (the beams of
+        # a source share its keys and values), a source's rows attend together
+        groups = q.shape[0] // k.shape[0]
+        if groups > 1:
+            q = q.unflatten(0, (-1, groups)).transpose(1, 2).flatten(2, 3)  # (B/g, H, g*T, Dh)
         dropout = self.dropout if self.training else 0.0
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, causal=causal, dropout=dropout)
         else:
             out, weights = attention(q, k, v, mask, causal=causal, dropout=dropout), None
+        if groups > 1:
+            out = _ungroup(out, groups)
+            weights = None if weights is None else _ungroup(weights, groups)
         # 3) concatenate the heads and project back
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, -1)  # (B, T, D)

@@ -62,6 +62,15 @@ class KVCache:
         self._spare = self._k, self._v
         self._k, self._v, self.rows = k, v, rows
 
+    def move(self, src: Tensor, dst: Tensor) -> None:
+        """Copy rows `src` into rows `dst` (1-D, the same length), all read before any is
+        written; the other rows stay. Cheaper than `select` when few rows change."""
+        if self._k is None:
+            return
+        for buffer in (self._k, self._v):
+            filled = buffer[: self.rows, :, : self.length]
+            filled.index_copy_(0, dst, filled.index_select(0, src))
+
     def _grow(self, like: Tensor, capacity: int) -> None:
         batch, heads, _, head_dim = like.shape
         k = like.new_empty(batch, heads, capacity, head_dim)
@@ -95,16 +104,30 @@ class DecoderCache:
         """Target positions decoded so far (the position of the next token)."""
         return len(self.layers[0].self_attention) if self.layers else 0
 
-    def select(self, index: Tensor, *, cross_attention: bool = True) -> None:
-        """Keep batch rows `index` in every layer (beam reordering, finished sentences).
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows `index` (1-D, may repeat) in every layer, where each row has its own
+        source (greedy search dropping finished sentences)."""
+        self.select_rows(index)
+        self.select_sources(index)
 
-        cross_attention=False leaves the encoder-side keys and values alone: right when rows
-        only move among the beams of one source, whose cross-attention cache is the same.
-        """
+    def select_rows(self, rows: Tensor) -> None:
+        """Keep decoder rows `rows` in the self-attention caches (beams reordered or repeated).
+        Where at most half the rows change, only those are copied, in place."""
+        caches = [layer.self_attention for layer in self.layers]
+        if caches and len(rows) == caches[0].rows:
+            moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+            if 2 * len(moved) <= len(rows):
+                for cache in caches:
+                    cache.move(rows[moved], moved)
+                return
+        for cache in caches:
+            cache.select(rows)
+
+    def select_sources(self, sources: Tensor) -> None:
+        """Keep sources `sources` in the cross-attention caches, which hold one row per source
+        (however many decoder rows, beams, it serves)."""
         for layer in self.layers:
-            layer.self_attention.select(index)
-            if cross_attention:
-                layer.cross_attention.select(index)
+            layer.cross_attention.select(sources)
 
 
 __all__ = ["KVCache", "LayerCache", "DecoderCache"]

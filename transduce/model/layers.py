@@ -91,7 +91,8 @@ class DecoderLayer(nn.Module):
                 cache: LayerCache | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D), memory (B, S, D), src_mask (B, 1, 1, S) -> (B, T, D) and, with
-        need_weights, the cross-attention weights (B, H, T, S)."""
+        need_weights, the cross-attention weights (B, H, T, S). memory and src_mask may have
+        B / g rows, one per g consecutive rows of x (a source and its g beams)."""
         self_cache = cache.self_attention if cache is not None else None
         cross_cache = cache.cross_attention if cache is not None else None
         weights = None
