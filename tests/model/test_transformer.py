@@ -185,3 +185,16 @@ def test_bf16_autocast_gives_close_logits_and_finite_gradients():
     logits.float().sum().backward()
     assert all(p.grad.isfinite().all() for p in model.parameters())
 
+
+
+def test_decode_next_gives_the_newest_position_of_decode_into_out_when_given():
+    model = small_model()
+    src, tgt = _padded_batch([5, 3], 5), random_tokens(2, 4)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src), model.src_mask(src)
+        expected = model.decode(tgt, memory, src_mask)[:, -1]
+        out = torch.full_like(expected, float("nan"))
+        written = model.decode_next(tgt, memory, src_mask, out=out)
+        torch.testing.assert_close(model.decode_next(tgt, memory, src_mask), expected)
+    assert written.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, expected)

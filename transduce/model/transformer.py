@@ -118,6 +118,18 @@ class Transformer(nn.Module):
         hidden, _ = self.decoder(tgt, memory, src_mask, cache=cache)
         return self.output(hidden)
 
+    def decode_next(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, *,
+                    cache: DecoderCache | None = None, out: Tensor | None = None) -> Tensor:
+        """As `decode`, but only the newest position's logits, (B, V): a search step's. With
+        `out` (B, V) they are written there (with PyTorch's own kernel, not oneDNN's)."""
+        hidden, _ = self.decoder(tgt, memory, src_mask, cache=cache)
+        hidden = hidden[:, -1]
+        if out is None:
+            return self.output(hidden)
+        if self.output.bias is None:
+            return torch.mm(hidden, self.output.weight.t(), out=out)
+        return torch.addmm(self.output.bias, hidden, self.output.weight.t(), out=out)
+
     def decode_with_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, *,
                               cache: DecoderCache | None = None) -> tuple[Tensor, Tensor]:
         """As `decode`, also returning cross-attention weights (L, B, H, T, S) for inspection."""
