@@ -116,3 +116,20 @@ def test_projected_loss_without_gradients_has_the_same_value():
         value = projected_label_smoothed_cross_entropy(hidden, weight, target, ignore_index=PAD)
     expected = label_smoothed_cross_entropy(hidden @ weight.T, target, ignore_index=PAD)
     torch.testing.assert_close(value, expected)
+
+
+def test_projected_loss_under_fp16_autocast_keeps_small_gradients():
+    # float16 flushes values below 6e-8 to zero: the gradient's products run in float32
+    # (without smoothing: with it, every token's gradient is at least about eps / V)
+    hidden = torch.randn(8, 16, requires_grad=True)
+    weight = (torch.randn(2000, 16) * 3).requires_grad_()  # peaked: most probabilities tiny
+    target = torch.randint(2, 2000, (8,))
+    with torch.autocast("cpu", dtype=torch.float16):
+        ours = projected_label_smoothed_cross_entropy(hidden, weight, target, epsilon=0.0,
+                                                      ignore_index=PAD)
+    g_ours = torch.autograd.grad(ours, weight)[0]
+    ref = F.cross_entropy((hidden @ weight.T).double(), target, reduction="sum")
+    g_ref = torch.autograd.grad(ref, weight)[0].float()
+    tiny = (g_ref.abs() < 6e-8) & (g_ref != 0)
+    assert tiny.any() and (g_ours[tiny] != 0).all()
+    torch.testing.assert_close(g_ours, g_ref, rtol=0.05, atol=0.05 * g_ref.abs().max().item())

@@ -111,6 +111,10 @@ class _ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         n, vocab = hidden.shape[0], weight.shape[0]
         needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         w = weight.to(dtype)
+        # the gradient's products not in float16: it flushes probabilities below 6e-8 to zero
+        # (the loss is not scaled yet), bfloat16 has float32's range
+        grad_dtype = torch.float32 if dtype == torch.float16 else dtype
+        w_grad = weight.to(grad_dtype)
         rows = max(1, min(n, _CHUNK_BYTES // (4 * vocab)))
         work = hidden.new_empty(rows, vocab, dtype=torch.promote_types(dtype, torch.float32))
         loss = hidden.new_zeros((), dtype=work.dtype)
@@ -134,9 +138,9 @@ class _ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
             if needs_grad:  # softmax - eps / V - (1 - eps) onehot, per position times its weight
                 z.mul_(scale / sums).sub_(scale * (epsilon / vocab))
                 z.scatter_add_(1, y, scale * (epsilon - 1))
-                g = z.to(dtype)
-                grad_hidden[chunk] = torch.mm(g, w)
-                grad_weight += torch.mm(g.t(), h)
+                g = z.to(grad_dtype)
+                grad_hidden[chunk] = torch.mm(g, w_grad)
+                grad_weight += torch.mm(g.t(), h.to(grad_dtype))
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss
