@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from transduce.decoding.beam import _in_parents_rows, _top, beam_search, length_penalty
+from transduce.decoding.beam import _in_parents_rows, beam_search, length_penalty
 from transduce.decoding.greedy import greedy_search
 
 from ..conftest import random_tokens, small_model
@@ -223,17 +223,3 @@ def test_new_beams_stay_in_their_parents_rows_where_they_can():
         moved = [r for r in range(k) if placed[sentence, r] != r]
         assert len(moved) == k - len(set(parents))
         assert not set(moved) & set(parents)
-
-
-@pytest.mark.parametrize("vocab", [8000, 37000, 1009])  # chunks of 64, of 74; a prime: none
-def test_two_stage_top_k_equals_torch_topk(vocab):
-    torch.manual_seed(0)
-    x = torch.randn(30, vocab)
-    x[3, 100:] = float("-inf")  # a row with few finite values, as after masking
-    x[4] = 0.0  # nothing but ties
-    values, indices = _top(x, 10)
-    expected = x.topk(10, dim=1).values
-    torch.testing.assert_close(values, expected)
-    torch.testing.assert_close(x.gather(1, indices), expected)  # the indices hold those values
-    assert (indices.sort(1).values.diff(dim=1) > 0).all()  # distinct
-    torch.testing.assert_close(indices[:3], x[:3].topk(10, dim=1).indices)  # no ties: the same

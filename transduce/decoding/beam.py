@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from transduce.decoding.ranking import top_k
 from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 from transduce.training.config import STOPPING
@@ -137,7 +138,7 @@ def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor,
     has fewer than m tokens, the missing ones are -inf.
     """
     n, width, vocab = log_probs.shape
-    beam_scores, beam_tokens = _top(log_probs.view(n * width, vocab), min(m, vocab))
+    beam_scores, beam_tokens = top_k(log_probs.view(n * width, vocab), min(m, vocab))
     beam_scores, beam_tokens = beam_scores.view(n, width, -1), beam_tokens.view(n, width, -1)
     if vocab < m:
         beam_scores = F.pad(beam_scores, (0, m - vocab), value=float("-inf"))
@@ -145,28 +146,6 @@ def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor,
     candidates = (scores[:, :, None] + beam_scores).view(n, width * m)
     top_scores, top = candidates.topk(m, dim=1)
     return top_scores, top // m, beam_tokens.view(n, width * m).gather(1, top)
-
-
-def _top(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """`x.topk(k, dim=1)` for rows of a large vocabulary, in two stages: the maximum of each
-    chunk of about 64 columns, then the k best columns within the k chunks with the largest
-    maxima (which hold the k best values). The same values; among equal values the indices may
-    differ. 1.8x faster than torch.topk for 330 rows of 8,000 (1.19 against 2.12 ms)."""
-    n, vocab = x.shape
-    width = _chunk_width(vocab)
-    if width is None or vocab // width < 4 * k:
-        return x.topk(k, dim=1)
-    chunks = x.view(n, vocab // width, width)
-    best = chunks.amax(dim=2).topk(k, dim=1).indices  # (n, k) chunks
-    candidates = chunks.gather(1, best[:, :, None].expand(n, k, width)).view(n, k * width)
-    values, where = candidates.topk(k, dim=1)
-    return values, best.gather(1, where // width) * width + where % width
-
-
-def _chunk_width(vocab: int) -> int | None:
-    """The divisor of `vocab` between 32 and 128 nearest 64, if there is one."""
-    widths = [w for w in range(32, 129) if vocab % w == 0]
-    return min(widths, key=lambda w: abs(w - 64)) if widths else None
 
 
 def _in_parents_rows(parent: Tensor) -> Tensor:

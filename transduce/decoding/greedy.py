@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transduce.decoding.ranking import argmax
 from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 
@@ -18,7 +19,7 @@ def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
     produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
     outputs finish. `prefixes` force the first target tokens of each sentence.
     """
-    return _one_token_per_step(model, src, lambda logits: logits.argmax(-1), max_len_a=max_len_a,
+    return _one_token_per_step(model, src, argmax, max_len_a=max_len_a,
                                max_len_b=max_len_b, min_len=min_len, prefixes=prefixes,
                                use_cache=use_cache)
 

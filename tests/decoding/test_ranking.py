@@ -1,0 +1,31 @@
+import pytest
+import torch
+
+from transduce.decoding.ranking import argmax, top_k
+
+
+@pytest.mark.parametrize("vocab", [8000, 37000, 1009])  # chunks of 64, of 74; a prime: none
+def test_two_stage_top_k_equals_torch_topk(vocab):
+    torch.manual_seed(0)
+    x = torch.randn(30, vocab)
+    x[3, 100:] = float("-inf")  # a row with few finite values, as after masking
+    x[4] = 0.0  # nothing but ties
+    values, indices = top_k(x, 10)
+    expected = x.topk(10, dim=1).values
+    torch.testing.assert_close(values, expected)
+    torch.testing.assert_close(x.gather(1, indices), expected)  # the indices hold those values
+    assert (indices.sort(1).values.diff(dim=1) > 0).all()  # distinct
+    torch.testing.assert_close(indices[:3], x[:3].topk(10, dim=1).indices)  # no ties: the same
+
+
+@pytest.mark.parametrize("vocab", [8000, 37000, 1009])
+def test_two_stage_argmax_equals_torch_argmax_ties_included(vocab):
+    torch.manual_seed(0)
+    x = torch.randn(30, vocab)
+    x[3, 100:] = float("-inf")
+    x[4] = 0.0  # nothing but ties: the first
+    x[5, [7, 500, 900]] = 10.0  # ties in different chunks: the first
+    x[6, [70, 71]] = 10.0  # ties within a chunk
+    x[7, 0] = float("-inf")
+    x[8] = float("-inf")  # all -inf
+    assert torch.equal(argmax(x), x.argmax(dim=1))
