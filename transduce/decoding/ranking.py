@@ -8,6 +8,8 @@ chunks that can hold the answer. The results are exact.
 
 from __future__ import annotations
 
+import functools
+
 from torch import Tensor
 
 
@@ -40,6 +42,7 @@ def argmax(x: Tensor) -> Tensor:
     return best * width + inside
 
 
+@functools.lru_cache(maxsize=None)
 def _chunk_width(vocab: int) -> int | None:
     """The divisor of `vocab` between 32 and 128 nearest 64, if there is one."""
     widths = [w for w in range(32, 129) if vocab % w == 0]
