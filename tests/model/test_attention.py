@@ -102,13 +102,15 @@ def test_multi_head_attention_equals_torch_multihead_attention():
     torch.testing.assert_close(ours(x)[0], ref(x, x, x, need_weights=False)[0])
 
 
-def test_projections_are_initialised_xavier_uniform_per_matrix():
+def test_projections_are_initialised_as_torch_multihead_attention():
     d_model = 64
     mha = MultiHeadAttention(d_model, 4)
-    bound = math.sqrt(6 / (d_model + d_model))
-    for w in (*mha.in_proj.weight.chunk(3), mha.out_proj.weight):
-        assert w.abs().max() <= bound
-        assert w.abs().max() > 0.9 * bound  # uses the range, so not a narrower initialisation
+    ref = torch.nn.MultiheadAttention(d_model, 4)  # Xavier over the packed (3D, D) block
+    ref_bound = ref.in_proj_weight.abs().max()
+    for w in mha.in_proj.weight.chunk(3):
+        assert w.abs().max() <= math.sqrt(6 / (4 * d_model)) and w.abs().max() > 0.9 * ref_bound
+    out_bound = math.sqrt(6 / (2 * d_model))
+    assert 0.9 * out_bound < mha.out_proj.weight.abs().max() <= out_bound
 
 
 def test_cached_self_attention_step_by_step_equals_causal_over_the_whole_sequence():
