@@ -13,6 +13,9 @@ def test_yaml_file_with_overrides_round_trips_through_the_saved_config(tmp_path)
     assert config.model.preset == "tiny" and config.model.settings == {"dropout": 0.2}
     assert config.train.max_updates == 100 and config.train.lr == 0.002
     assert config.train.adam_betas == (0.9, 0.997) and config.decode.beam_size == 5
+    written = load_config(overrides=["train.adam_eps=1e-8", "train.lr=5e-4",  # YAML 1.1 text
+                                      "train.adam_betas=[0.9, 9.99E-1]"]).train
+    assert (written.adam_eps, written.lr, written.adam_betas) == (1e-8, 5e-4, (0.9, 0.999))
     config.save(tmp_path / "resolved.yaml")
     assert load_config(tmp_path / "resolved.yaml") == config
 

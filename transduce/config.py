@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -149,6 +150,9 @@ def _convert(value, fields: dict, key: str, section: str, where: str):
                         ) from None
 
 
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce(value, kind):
     args = typing.get_args(kind)
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
@@ -168,6 +172,8 @@ def _coerce(value, kind):
             raise TypeError
         return value
     if kind is float:
+        if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+            return float(value)  # 1e-8: YAML 1.1 (PyYAML) reads a number without a dot as text
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError
         return float(value)
