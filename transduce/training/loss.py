@@ -114,7 +114,7 @@ class _ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         # the gradient's products not in float16: it flushes probabilities below 6e-8 to zero
         # (the loss is not scaled yet), bfloat16 has float32's range
         grad_dtype = torch.float32 if dtype == torch.float16 else dtype
-        w_grad = weight.to(grad_dtype)
+        w_grad = w if grad_dtype == dtype else weight.to(grad_dtype)
         rows = max(1, min(n, _CHUNK_BYTES // (4 * vocab)))
         work = hidden.new_empty(rows, vocab, dtype=torch.promote_types(dtype, torch.float32))
         loss = hidden.new_zeros((), dtype=work.dtype)
