@@ -136,9 +136,12 @@ def _load_translator(args: argparse.Namespace) -> Translator:
     from transduce.decoding.translator import Translator
     from transduce.training.checkpoint import named_checkpoint
 
-    checkpoint = named_checkpoint(Path(args.model), args.checkpoint) if args.checkpoint else None
-    return Translator.load(args.model, device=args.device, dtype=args.dtype,
-                           checkpoint=checkpoint)
+    dirs = [Path(m) for m in args.model]
+    if args.checkpoint and len(dirs) > 1 and Path(args.checkpoint).exists():
+        raise UserError(f"--checkpoint {args.checkpoint}: with several models, name a checkpoint "
+                        "each run has (averaged, best, latest, update_0007000, ...), not a path")
+    checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
+    return Translator.load(dirs, device=args.device, dtype=args.dtype, checkpoint=checkpoints)
 
 
 def _translate(args: argparse.Namespace) -> None:
@@ -199,10 +202,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _add_search_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a run directory of transduce train")
+    parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
+                        help="a run directory of transduce train; several: their ensemble (one "
+                             "tokenizer), each next token's probability the mean of theirs")
     parser.add_argument("--checkpoint", metavar="NAME",
-                        help="which of its checkpoints: averaged, best, latest, update_0007000, "
-                             "... or a checkpoint's path (default: averaged, else best)")
+                        help="which of its checkpoints (of each model's): averaged, best, latest, "
+                             "update_0007000, ... or a checkpoint's path (default: averaged, "
+                             "else best)")
     parser.add_argument("--beam", type=int, help="beam size (1: greedy; default: decode.beam_size)")
     parser.add_argument("--lenpen", type=float, help="length penalty alpha (GNMT)")
     parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")

@@ -144,3 +144,39 @@ def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
             assert torch.equal(state[key], tensor), (name, key)
     assert main(["translate", "--model", str(run), "--checkpoint", "update_0000003"]) == 2
     assert "no checkpoint 'update_0000003'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def second_run(run_dir):
+    """The run of `run_dir` with another seed: the same tokenizer, other weights."""
+    run = run_dir.parent / "second"
+    config = load_config(overrides=[*FAST, "train.max_updates=30", "model.max_positions=40",
+                                    "train.seed=2"])
+    Trainer(config, run).train()
+    return run
+
+
+def test_an_ensemble_of_runs(run_dir, second_run, tmp_path, capsys):
+    sentences = ["seven", "", "one hundred and two", "forty-two"]
+    alone = Translator.load(run_dir).translate_detailed(sentences, beam_size=3, nbest=2)
+    twice = Translator.load([run_dir, run_dir]).translate_detailed(sentences, beam_size=3,
+                                                                   nbest=2)
+    assert [t.nbest for t in twice] == [  # the mean of a distribution with itself
+        [(text, pytest.approx(score, abs=1e-5)) for text, score in t.nbest] for t in alone]
+    ensemble = Translator.load([run_dir, second_run])
+    [t] = ensemble.translate_detailed(["forty-two"], beam_size=3, attention=True)
+    layers, heads, n_tgt, n_src = t.attention.shape  # the members' mean attention
+    assert t.attention.sum(-1).allclose(t.attention.new_ones(layers, heads, n_tgt))
+    (tmp_path / "src").write_text("seven\nninety-nine\n")
+    (tmp_path / "ref").write_text("sieben\nneunundneunzig\n")
+    assert main(["evaluate", "--model", str(run_dir), str(second_run), "--checkpoint",
+                 "latest", "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref")]) == 0
+    assert "BLEU = " in capsys.readouterr().out
+
+
+def test_an_ensemble_needs_one_tokenizer(run_dir, tmp_path):
+    other = tmp_path / "other"
+    Trainer(load_config(overrides=[*FAST, "train.max_updates=2", "data.vocab_size=320"]),
+            other).train()
+    with pytest.raises(UserError, match="its tokenizer is not .*'s; the models of an ensemble"):
+        Translator.load([run_dir, other])

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transduce.decoding.ranking import top_k
-from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
+from transduce.decoding.ensemble import Ensemble, decoder_steps
+from transduce.decoding.steps import forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 from transduce.training.config import STOPPING
 
@@ -44,7 +45,7 @@ def length_penalty(length: int | Tensor, alpha: float, form: str = "gnmt"):
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
+def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 4,
                 length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
                 min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
                 length_normalization: str = "gnmt", stopping: str = "early",
@@ -60,7 +61,7 @@ def beam_search(model: Transformer, src: Tensor, *, beam_size: int = 4,
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    steps = DecoderSteps(model, src, use_cache=use_cache)  # one row per sentence, then k
+    steps = decoder_steps(model, src, use_cache=use_cache)  # one row per sentence, then k
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)

@@ -6,11 +6,12 @@ import torch
 from torch import Tensor
 
 from transduce.decoding.ranking import argmax
-from transduce.decoding.steps import DecoderSteps, forced_prefix, max_output_lengths
+from transduce.decoding.ensemble import Ensemble, decoder_steps
+from transduce.decoding.steps import forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 
 
-def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
+def greedy_search(model: Transformer | Ensemble, src: Tensor, *, max_len_a: float = 1.0,
                   max_len_b: int = 50, min_len: int = 1, prefixes: list[list[int]] | None = None,
                   use_cache: bool = True) -> list[list[int]]:
     """The most likely next token at each step, for a batch of sources (B, S).
@@ -24,8 +25,8 @@ def greedy_search(model: Transformer, src: Tensor, *, max_len_a: float = 1.0,
                                use_cache=use_cache)
 
 
-def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: int = 0,
-           top_p: float = 1.0, generator: torch.Generator | None = None,
+def sample(model: Transformer | Ensemble, src: Tensor, *, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
            max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1,
            prefixes: list[list[int]] | None = None) -> list[list[int]]:
     """Sample each next token (e.g. for back-translation): from p^(1/temperature), restricted
@@ -51,14 +52,14 @@ def sample(model: Transformer, src: Tensor, *, temperature: float = 1.0, top_k: 
 
 
 @torch.no_grad()
-def _one_token_per_step(model: Transformer, src: Tensor, choose, *, max_len_a: float,
-                        max_len_b: int, min_len: int, prefixes, use_cache: bool
-                        ) -> list[list[int]]:
+def _one_token_per_step(model: Transformer | Ensemble, src: Tensor, choose, *,
+                        max_len_a: float, max_len_b: int, min_len: int, prefixes,
+                        use_cache: bool) -> list[list[int]]:
     """`choose` picks each row's next token from its logits, (rows, V) -> (rows,): they are the
     log-probabilities less a constant per row, so no log-softmax is needed for an argmax or a
     softmax."""
     config = model.config
-    steps = DecoderSteps(model, src, use_cache=use_cache)
+    steps = decoder_steps(model, src, use_cache=use_cache)
     batch = src.shape[0]
     forced, forced_len = forced_prefix(prefixes, batch, src.device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from tqdm import tqdm
 from transduce.config import load_config
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis, beam_search
+from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.greedy import greedy_search, sample
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
@@ -41,16 +42,21 @@ class Translation:
 class Translator:
     """A model with its tokenizers and search settings."""
 
-    def __init__(self, model: Transformer, tokenizers: Tokenizers,
+    def __init__(self, model: Transformer | Ensemble, tokenizers: Tokenizers,
                  decode: DecodeConfig | None = None) -> None:
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
 
     @classmethod
-    def load(cls, model_dir: str | Path, *, device: str = "auto",
-             checkpoint: str | Path | None = None, dtype: str = "float32") -> Translator:
+    def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
+             checkpoint: str | Path | Sequence[str | Path] | None = None,
+             dtype: str = "float32") -> Translator:
         """The model of a run directory: its averaged checkpoint if any, else its best.
+
+        Several run directories: an ensemble of their models, which must share one tokenizer;
+        each next token's probability is the mean of theirs, and the decoding settings are the
+        first directory's. `checkpoint` (one per directory for an ensemble) overrides the choice.
 
         dtype: "float32", or "bfloat16" / "float16" to decode with the weights and activations
         in 16 bits: faster where the hardware multiplies them natively (GPUs, CPUs with
@@ -59,7 +65,31 @@ class Translator:
         """
         if dtype not in DTYPES:
             raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        model_dir = Path(model_dir)
+        many = not isinstance(model_dir, str | Path)
+        dirs = [Path(d) for d in model_dir] if many else [Path(model_dir)]
+        if not dirs:
+            raise UserError("no model directory given")
+        if checkpoint is None:
+            checkpoints = [None] * len(dirs)
+        else:
+            checkpoints = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
+        if len(checkpoints) != len(dirs):
+            raise UserError(f"{len(checkpoints)} checkpoints for {len(dirs)} model directories")
+        loaded = [cls._load_model(d, c) for d, c in zip(dirs, checkpoints, strict=True)]
+        decode, tokenizers = loaded[0][1], loaded[0][2]
+        for d, (_, _, other) in zip(dirs[1:], loaded[1:]):
+            if other.fingerprint != tokenizers.fingerprint:
+                raise UserError(f"{d}: its tokenizer is not {dirs[0]}'s; the models of an "
+                                "ensemble need one vocabulary")
+        models = [model for model, _, _ in loaded]
+        model = models[0] if len(models) == 1 else Ensemble(models)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, decode)
+
+    @staticmethod
+    def _load_model(model_dir: Path, checkpoint: str | Path | None
+                    ) -> tuple[Transformer, DecodeConfig, Tokenizers]:
         if not (model_dir / "config.yaml").is_file():
             raise UserError(f"{model_dir}: not a model directory (no config.yaml)")
         config = load_config(model_dir / "config.yaml")
@@ -69,9 +99,7 @@ class Translator:
         model = Transformer(model_config)
         ckpt.load_weights(model, Path(checkpoint) if checkpoint else
                           ckpt.model_checkpoint(model_dir))
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, config.decode)
+        return model, config.decode, tokenizers
 
     @property
     def device(self) -> torch.device:
