@@ -1,10 +1,9 @@
 """Ensembles: several models with one vocabulary decode together, each next token's probability
 the mean of theirs (as fairseq and OpenNMT ensemble).
 
-Two models trained side by side, one CPU core each, translate Multi30k better than one model
-trained on both cores for the same time (benchmarks/multi30k.md): independent models err
-differently, and averaging their distributions cancels part of that, where averaging the
-checkpoints of one run cannot.
+Independent models err differently, and averaging their distributions cancels part of that:
+on Multi30k val two `tiny` models, each trained for 60 minutes on one core, score 40.36 and 40.07
+alone and 41.07 together (benchmarks/multi30k.md, attempt 11).
 """
 
 from __future__ import annotations
