@@ -53,3 +53,45 @@ def test_move_copies_rows_in_place_reading_all_before_writing():
     expected = keys.index_copy(0, dst, keys[src])
     torch.testing.assert_close(cache.keys, expected)
     torch.testing.assert_close(cache.values, -expected)
+
+
+def test_decoder_cache_selections_in_place_and_not_equal_a_plain_gather():
+    # beams staying in their parents' rows and sentences leaving with the last ones taking their
+    # places are copied in place; other selections into the spare buffers: the same contents
+    from transduce.decoding.steps import compacting_order
+    from transduce.model.cache import DecoderCache
+
+    torch.manual_seed(0)
+    cache = DecoderCache.empty(2)
+    keys = torch.zeros(24, 2, 0, 4)
+    for step in range(30):
+        k = torch.randn(len(keys), 2, 1, 4)
+        keys = torch.cat([keys, k], 2)
+        for layer in cache.layers:
+            layer.self_attention.append(k, 2 * k)
+        if step % 3 == 0 and len(keys) > 1:  # some leave: in place
+            index = compacting_order(torch.rand(len(keys)) < 0.2)
+        elif step % 3 == 1:  # a few rows change: in place
+            index = torch.arange(len(keys))
+            index[torch.randint(0, len(keys), (2,))] = torch.randint(0, len(keys), (2,))
+        else:  # shuffled: into the spare buffer
+            index = torch.randperm(len(keys))
+        cache.select_rows(index)
+        keys = keys[index]
+        for layer in cache.layers:
+            assert torch.equal(layer.self_attention.keys, keys)
+            assert torch.equal(layer.self_attention.values, 2 * keys)
+
+
+def test_compacting_order_moves_only_the_last_sentences_into_the_places_of_finished_ones():
+    from transduce.decoding.steps import compacting_order
+
+    torch.manual_seed(0)
+    for _ in range(100):
+        done = torch.rand(int(torch.randint(1, 30, ()))) < 0.3
+        order = compacting_order(done)
+        kept = (~done).nonzero().squeeze(1)
+        assert sorted(order.tolist()) == kept.tolist()  # every kept sentence, once
+        moved = order != torch.arange(len(order))
+        assert int(moved.sum()) == int(done[: len(kept)].sum())  # one per place left
+        assert bool((order[moved] >= len(kept)).all())  # only those from beyond the kept length

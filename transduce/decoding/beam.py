@@ -26,7 +26,7 @@ from torch import Tensor
 
 from transduce.decoding.ranking import top_k
 from transduce.decoding.ensemble import Ensemble, decoder_steps
-from transduce.decoding.steps import forced_prefix, max_output_lengths
+from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 from transduce.training.config import STOPPING
 
@@ -121,7 +121,7 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
         if done.all():
             break
         if done.any():
-            keep = (~done).nonzero().squeeze(1)
+            keep = compacting_order(done)
             active, scores = active[keep], scores[keep]
             rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             tokens = tokens.index_select(0, rows)

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from transduce.decoding.ranking import argmax
 from transduce.decoding.ensemble import Ensemble, decoder_steps
-from transduce.decoding.steps import forced_prefix, max_output_lengths
+from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 
 
@@ -84,7 +84,7 @@ def _one_token_per_step(model: Transformer | Ensemble, src: Tensor, choose, *,
             break
         steps.append(tokens)
         if finished.any():  # drop finished sentences from the decoder's batch
-            keep = (~finished).nonzero().squeeze(1)
+            keep = compacting_order(finished)
             active = active[keep]
             steps.select(keep)
     return [out[i, : int(lengths[i])].tolist() for i in range(batch)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transduce.model.cache import moved_rows
 from transduce.model.linear import ONEDNN
 from transduce.model.transformer import Transformer
 
@@ -75,8 +76,9 @@ class DecoderSteps:
 
     def select(self, sources: Tensor) -> None:
         """Keep the sources `sources` (1-D index, in their new order) and all their rows."""
-        self.memory = self.memory.index_select(0, sources)
-        self.src_mask = self.src_mask.index_select(0, sources)
+        moved = moved_rows(sources)
+        self.memory = _keep(self.memory, sources, moved)
+        self.src_mask = _keep(self.src_mask, sources, moved)
         if self.cache is not None:
             self.cache.select_sources(sources)
         rows = sources[:, None] * self.group + torch.arange(self.group, device=sources.device)
@@ -95,6 +97,27 @@ class DecoderSteps:
         self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
             self.cache.select_rows(rows)
+
+
+def compacting_order(done: Tensor) -> Tensor:
+    """Which sentences to keep, in which order, when those with `done` (n,) leave the batch:
+    each kept one stays in its place, but the last ones fill the places left before them. Only
+    those move, so the caches copy a few rows in place rather than all of them (a batch of
+    Multi30k sentences loses some almost every step)."""
+    keep = (~done).nonzero().squeeze(1)
+    order = torch.arange(len(keep), device=done.device)
+    holes = done[: len(keep)].nonzero().squeeze(1)  # as many as kept sentences beyond them
+    order[holes] = keep[len(keep) - len(holes):]
+    return order
+
+
+def _keep(rows: Tensor, index: Tensor, moved: Tensor) -> Tensor:
+    """rows.index_select(0, index), where `moved` are the i with index[i] != i: in place
+    (rows is ours to change) when at most half of them move."""
+    if 2 * len(moved) > len(index):
+        return rows.index_select(0, index)
+    rows.index_copy_(0, moved, rows.index_select(0, index[moved]))
+    return rows[: len(index)]
 
 
 def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int,

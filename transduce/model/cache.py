@@ -62,14 +62,16 @@ class KVCache:
         self._spare = self._k, self._v
         self._k, self._v, self.rows = k, v, rows
 
-    def move(self, src: Tensor, dst: Tensor) -> None:
+    def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
         """Copy rows `src` into rows `dst` (1-D, the same length), all read before any is
-        written; the other rows stay. Cheaper than `select` when few rows change."""
+        written; the other rows stay; then keep the first `rows` rows (default: all). Cheaper
+        than `select` when few rows change."""
         if self._k is None:
             return
         for buffer in (self._k, self._v):
             filled = buffer[: self.rows, :, : self.length]
             filled.index_copy_(0, dst, filled.index_select(0, src))
+        self.rows = self.rows if rows is None else rows
 
     def _grow(self, like: Tensor, capacity: int) -> None:
         batch, heads, _, head_dim = like.shape
@@ -111,23 +113,32 @@ class DecoderCache:
         self.select_sources(index)
 
     def select_rows(self, rows: Tensor) -> None:
-        """Keep decoder rows `rows` in the self-attention caches (beams reordered or repeated).
-        Where at most half the rows change, only those are copied, in place."""
-        caches = [layer.self_attention for layer in self.layers]
-        if caches and len(rows) == caches[0].rows:
-            moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
-            if 2 * len(moved) <= len(rows):
-                for cache in caches:
-                    cache.move(rows[moved], moved)
-                return
-        for cache in caches:
-            cache.select(rows)
+        """Keep decoder rows `rows` in the self-attention caches (beams reordered or repeated,
+        finished ones dropped)."""
+        _select([layer.self_attention for layer in self.layers], rows)
 
     def select_sources(self, sources: Tensor) -> None:
         """Keep sources `sources` in the cross-attention caches, which hold one row per source
         (however many decoder rows, beams, it serves)."""
-        for layer in self.layers:
-            layer.cross_attention.select(sources)
+        _select([layer.cross_attention for layer in self.layers], sources)
 
 
-__all__ = ["KVCache", "LayerCache", "DecoderCache"]
+def moved_rows(index: Tensor) -> Tensor:
+    """The rows i of a selection `index` that do not keep row i: (m,)."""
+    return (index != torch.arange(len(index), device=index.device)).nonzero().squeeze(1)
+
+
+def _select(caches: list[KVCache], index: Tensor) -> None:
+    """`select(index)` on caches of the same rows: in place where at most half the kept rows
+    change (beams that stay in their parents' rows, sentences that leave the batch with the last
+    ones taking their places: see `compacting_order`), else into the spare buffers."""
+    if caches and caches[0].rows and len(index) <= caches[0].rows:
+        moved = moved_rows(index)
+        if 2 * len(moved) <= len(index):
+            for cache in caches:
+                cache.move(index[moved], moved, rows=len(index))
+            return
+    for cache in caches:
+        cache.select(index)
+
+__all__ = ["KVCache", "LayerCache", "DecoderCache", "moved_rows"]
