@@ -39,12 +39,9 @@ class Ensemble(nn.Module):
                                      f"{getattr(model.config, name)}, model 1 "
                                      f"{getattr(first, name)}: members need one vocabulary")
         self.members = nn.ModuleList(models)
-
-    @property
-    def config(self) -> ModelConfig:
-        """The first member's, with the longest sequence every member accepts."""
-        return dataclasses.replace(self.members[0].config, max_positions=min(
-            m.config.max_positions for m in self.members))
+        # the first member's, with the longest sequence every member accepts
+        self.config: ModelConfig = dataclasses.replace(first, max_positions=min(
+            m.config.max_positions for m in models))
 
     def num_parameters(self) -> int:
         return sum(m.num_parameters() for m in self.members)

@@ -111,10 +111,9 @@ def compacting_order(done: Tensor) -> Tensor:
     return order
 
 
-def _keep(rows: Tensor, index: Tensor, moved: Tensor) -> Tensor:
-    """rows.index_select(0, index), where `moved` are the i with index[i] != i: in place
-    (rows is ours to change) when at most half of them move."""
-    if 2 * len(moved) > len(index):
+def _keep(rows: Tensor, index: Tensor, moved: Tensor | None) -> Tensor:
+    """rows.index_select(0, index); in place (rows is ours to change) given `moved_rows(index)`."""
+    if moved is None:
         return rows.index_select(0, index)
     rows.index_copy_(0, moved, rows.index_select(0, index[moved]))
     return rows[: len(index)]

@@ -123,22 +123,24 @@ class DecoderCache:
         _select([layer.cross_attention for layer in self.layers], sources)
 
 
-def moved_rows(index: Tensor) -> Tensor:
-    """The rows i of a selection `index` that do not keep row i: (m,)."""
-    return (index != torch.arange(len(index), device=index.device)).nonzero().squeeze(1)
+def moved_rows(index: Tensor) -> Tensor | None:
+    """For a selection `index` of rows: the rows i that do not keep row i, (m,), when at most
+    half of them are (then copying those in place beats copying all), else None."""
+    moved = (index != torch.arange(len(index), device=index.device)).nonzero().squeeze(1)
+    return moved if 2 * len(moved) <= len(index) else None
 
 
 def _select(caches: list[KVCache], index: Tensor) -> None:
-    """`select(index)` on caches of the same rows: in place where at most half the kept rows
-    change (beams that stay in their parents' rows, sentences that leave the batch with the last
-    ones taking their places: see `compacting_order`), else into the spare buffers."""
-    if caches and caches[0].rows and len(index) <= caches[0].rows:
-        moved = moved_rows(index)
-        if 2 * len(moved) <= len(index):
-            for cache in caches:
-                cache.move(index[moved], moved, rows=len(index))
-            return
+    """`select(index)` on caches of the same rows: in place where few kept rows change (beams
+    that stay in their parents' rows, sentences that leave the batch with the last ones taking
+    their places: see `compacting_order`), else into the spare buffers."""
+    fits = caches and caches[0].rows and len(index) <= caches[0].rows
+    moved = moved_rows(index) if fits else None
     for cache in caches:
-        cache.select(index)
+        if moved is None:
+            cache.select(index)
+        else:
+            cache.move(index[moved], moved, rows=len(index))
+
 
 __all__ = ["KVCache", "LayerCache", "DecoderCache", "moved_rows"]
