@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transduce.model.cache import moved_rows
+from transduce.model.cache import copy_rows, moved_rows
 from transduce.model.linear import ONEDNN
 from transduce.model.transformer import Transformer
 
@@ -115,7 +115,7 @@ def _keep(rows: Tensor, index: Tensor, moved: Tensor | None) -> Tensor:
     """rows.index_select(0, index); in place (rows is ours to change) given `moved_rows(index)`."""
     if moved is None:
         return rows.index_select(0, index)
-    rows.index_copy_(0, moved, rows.index_select(0, index[moved]))
+    copy_rows(rows, index[moved], moved)
     return rows[: len(index)]
 
 

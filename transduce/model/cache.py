@@ -69,8 +69,7 @@ class KVCache:
         if self._k is None:
             return
         for buffer in (self._k, self._v):
-            filled = buffer[: self.rows, :, : self.length]
-            filled.index_copy_(0, dst, filled.index_select(0, src))
+            copy_rows(buffer[: self.rows, :, : self.length], src, dst)
         self.rows = self.rows if rows is None else rows
 
     def _grow(self, like: Tensor, capacity: int) -> None:
@@ -123,6 +122,12 @@ class DecoderCache:
         _select([layer.cross_attention for layer in self.layers], sources)
 
 
+def copy_rows(x: Tensor, src: Tensor, dst: Tensor) -> None:
+    """Copy rows `src` of x into its rows `dst` (1-D, the same length), in place, all read before
+    any is written."""
+    x.index_copy_(0, dst, x.index_select(0, src))
+
+
 def moved_rows(index: Tensor) -> Tensor | None:
     """For a selection `index` of rows: the rows i that do not keep row i, (m,), when at most
     half of them are (then copying those in place beats copying all), else None."""
@@ -143,4 +148,4 @@ def _select(caches: list[KVCache], index: Tensor) -> None:
             cache.move(index[moved], moved, rows=len(index))
 
 
-__all__ = ["KVCache", "LayerCache", "DecoderCache", "moved_rows"]
+__all__ = ["KVCache", "LayerCache", "DecoderCache", "copy_rows", "moved_rows"]
