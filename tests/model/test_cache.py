@@ -14,6 +14,25 @@ def test_append_returns_everything_so_far_across_growth():
     assert len(cache) == 40
 
 
+def test_a_known_length_limit_bounds_the_storage_and_spares_late_growth():
+    keys = torch.randn(2, 3, 100, 4)
+    # limit -> capacities seen while appending one position at a time up to the limit: straight
+    # to the limit when doubling would pass it anyway (17: no copy at the 17th position)
+    for limit, capacities in ((5, [5]), (17, [17]), (40, [16, 40]), (100, [16, 32, 100])):
+        cache, seen = KVCache(max_length=limit), []
+        for t in range(limit):
+            k, v = cache.append(keys[:, :, t : t + 1], -keys[:, :, t : t + 1])
+            seen += [cache.capacity] if cache.capacity not in seen else []
+        assert seen == capacities
+        torch.testing.assert_close(k, keys[:, :, :limit])
+        torch.testing.assert_close(v, -keys[:, :, :limit])
+    # a limit passed after all (a caller's mistake) costs a copy, not the contents
+    cache = KVCache(max_length=3)
+    for t in range(5):
+        k, _ = cache.append(keys[:, :, t : t + 1], keys[:, :, t : t + 1])
+    torch.testing.assert_close(k, keys[:, :, :5])
+
+
 def test_select_reorders_and_drops_batch_rows_then_appends_continue():
     cache = KVCache()
     keys = torch.randn(3, 2, 4, 4)

@@ -65,6 +65,7 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)
+    steps.limit(int(limits.max()) + 1)  # <bos> and a token for each step
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
     active = torch.arange(batch, device=device)  # the sentence of each group of `width` rows
     # all beams start equal, so the first step runs one row per sentence (the same work k times

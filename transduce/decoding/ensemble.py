@@ -86,6 +86,10 @@ class EnsembleSteps:
         """The ensemble's scores are only defined normalised: its log-probabilities."""
         return self.log_probs()
 
+    def limit(self, max_length: int) -> None:
+        for member in self.members:
+            member.limit(max_length)
+
     def append(self, tokens: Tensor) -> None:
         for member in self.members:
             member.append(tokens)

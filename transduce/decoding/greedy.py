@@ -64,6 +64,7 @@ def _one_token_per_step(model: Transformer | Ensemble, src: Tensor, choose, *,
     forced, forced_len = forced_prefix(prefixes, batch, src.device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)
+    steps.limit(int(limits.max()))  # <bos> and the tokens before the last
     out = torch.full((batch, int(limits.max())), config.pad_id, dtype=torch.long)
     lengths = limits.clone().cpu()
     active = torch.arange(batch, device=src.device)  # the sentence of each decoder row

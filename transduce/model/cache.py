@@ -12,14 +12,17 @@ class KVCache:
     """Keys and values of one attention layer, (B, H, length, Dh), grown in place.
 
     Decoder self-attention appends one step at a time; cross-attention stores the projected
-    encoder output once. Storage grows by doubling so that appending is amortised O(1) copies.
+    encoder output once. Storage grows by doubling so that appending is amortised O(1) copies,
+    and straight to `max_length` positions, when that is known (a search's length limit), once
+    that is at most twice what doubling would give: never more, and no copy soon after.
     Reordering rows (`select`, every step of a beam search) copies into a second buffer kept
     from the previous reorder, and the two swap: a new buffer every step would cost page faults
     on first touch (measured: an index_select into fresh memory took 2.5x as long, 10x with
     transparent huge pages, which transduce enables).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_length: int | None = None) -> None:
+        self.max_length = max_length
         self._k: Tensor | None = None  # (rows >= B, H, capacity, Dh): rows [0, B) in use
         self._v: Tensor | None = None
         self._spare: tuple[Tensor, Tensor] | None = None  # the other buffer, same capacity
@@ -33,11 +36,19 @@ class KVCache:
         """Add (B, H, t, Dh) keys and values; return all of them, (B, H, length + t, Dh)."""
         end = self.length + k.shape[2]
         if self._k is None or end > self._k.shape[2]:
-            self._grow(k, capacity=max(end, 2 * self.length, 16))
+            capacity = max(2 * self.length, 16)
+            if self.max_length is not None and self.max_length <= 2 * capacity:
+                capacity = self.max_length  # all it will need: never to grow again
+            self._grow(k, capacity=max(end, capacity))
         self._k[: self.rows, :, self.length:end] = k
         self._v[: self.rows, :, self.length:end] = v
         self.length = end
         return self.keys, self.values
+
+    @property
+    def capacity(self) -> int:
+        """Positions the storage holds before it must grow."""
+        return 0 if self._k is None else self._k.shape[2]
 
     @property
     def keys(self) -> Tensor:
@@ -104,6 +115,12 @@ class DecoderCache:
     def length(self) -> int:
         """Target positions decoded so far (the position of the next token)."""
         return len(self.layers[0].self_attention) if self.layers else 0
+
+    def limit(self, max_length: int) -> None:
+        """No row will have more than `max_length` target positions: the self-attention caches
+        never make room for more (a search knows its length limit before the first step)."""
+        for layer in self.layers:
+            layer.self_attention.max_length = max_length
 
     def select(self, index: Tensor) -> None:
         """Keep batch rows `index` (1-D, may repeat) in every layer, where each row has its own
