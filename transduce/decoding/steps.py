@@ -71,7 +71,7 @@ class DecoderSteps:
         """No row's prefix will have more than `max_length` tokens (<bos> included), so the
         cache need not make room for more: with the search's limit known (a forced output of 16
         tokens, say) its keys and values are not copied into a buffer of 32 positions at the
-        17th, fresh memory that cost the first batch of `base`-shape beam search a third of its
+        17th, fresh memory that cost the first batch of `base`-shape beam search a fifth of its
         time."""
         if self.cache is not None:
             self.cache.limit(max_length)
