@@ -64,3 +64,31 @@ def test_tied_gradient_flows_from_output_into_the_embedding():
     logits[0, 0, 7].backward()
     assert weight.grad[7].abs().sum() > 0
     assert model.encoder.embedding.tokens.weight.grad is weight.grad
+
+
+def test_word_dropout_zeroes_whole_token_vectors_and_rescales_the_rest():
+    torch.manual_seed(0)
+    d_model, p = 16, 0.25
+    tokens = token_embedding(30, d_model, pad_id=1)
+    embed = TransformerEmbedding(tokens, SinusoidalPositions(64, d_model), dropout=0.0,
+                                 word_dropout=p)
+    ids = torch.randint(2, 30, (64, 64))
+    positions = sinusoidal_encoding(64, d_model)
+    words = embed(ids) - positions  # training mode: what is left of each token's vector
+    full = tokens.weight[ids] * math.sqrt(d_model)
+    dropped = (words == 0).all(-1)
+    torch.testing.assert_close(words[~dropped], full[~dropped] / (1 - p))
+    assert abs(dropped.float().mean().item() - p) < 0.02  # 4,096 tokens: 0.02 is ~3 sigma
+    embed.eval()
+    torch.testing.assert_close(embed(ids), full + positions)
+
+
+def test_word_dropout_reaches_each_side_of_the_model_only():
+    ids = torch.randint(4, 50, (8, 12))
+    for side in ("source", "target"):
+        model = Transformer(small_config(dropout=0.0, **{f"{side}_word_dropout": 0.5}))
+        model.train()
+        changed = {name: not torch.equal(module(ids), module(ids))
+                   for name, module in (("source", model.encoder.embedding),
+                                        ("target", model.decoder.embedding))}
+        assert changed == {"source": side == "source", "target": side == "target"}

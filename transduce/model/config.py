@@ -23,6 +23,8 @@ class ModelConfig:
     dropout: float = 0.1  # residual dropout: on embeddings and on every sub-layer's output
     attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
     activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
+    source_word_dropout: float = 0.0  # zero whole source token vectors (not in the paper)
+    target_word_dropout: float = 0.0  # the same on the decoder's input tokens
     activation: str = "relu"  # "relu" (paper) or "gelu"
     max_positions: int = 1024  # longest sequence, in tokens, either side accepts
     positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" position embeddings
@@ -43,7 +45,8 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
                              f"model.n_heads ({self.n_heads})")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout",
+                     "target_word_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.activation not in ACTIVATIONS:

@@ -14,10 +14,11 @@ from transduce.model.linear import Linear
 from transduce.model.masks import padding_mask
 
 
-def _embedding(config: ModelConfig, tokens: nn.Embedding) -> TransformerEmbedding:
+def _embedding(config: ModelConfig, tokens: nn.Embedding,
+               word_dropout: float) -> TransformerEmbedding:
     positions_type = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
     positions = positions_type(config.max_positions, config.d_model)
-    return TransformerEmbedding(tokens, positions, config.dropout)
+    return TransformerEmbedding(tokens, positions, config.dropout, word_dropout)
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
@@ -86,8 +87,8 @@ class Transformer(nn.Module):
         src_tokens = token_embedding(config.src_vocab_size, config.d_model, config.pad_id)
         tgt_tokens = (src_tokens if config.share_embeddings else
                       token_embedding(config.tgt_vocab_size, config.d_model, config.pad_id))
-        self.encoder = Encoder(config, _embedding(config, src_tokens))
-        self.decoder = Decoder(config, _embedding(config, tgt_tokens))
+        self.encoder = Encoder(config, _embedding(config, src_tokens, config.source_word_dropout))
+        self.decoder = Decoder(config, _embedding(config, tgt_tokens, config.target_word_dropout))
         self.output = Linear(config.d_model, config.tgt_vocab_size, bias=False)
         if config.tie_output:
             self.output.weight = tgt_tokens.weight
