@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transduce.model.dropout import Dropout, keep_mask
+from transduce.model.dropout import Dropout
 
 
 def sinusoidal_encoding(n_positions: int, d_model: int) -> Tensor:
@@ -64,22 +64,18 @@ class TransformerEmbedding(nn.Module):
     def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float,
                  word_dropout: float = 0.0) -> None:
         super().__init__()
-        if not 0.0 <= word_dropout < 1.0:
-            raise ValueError(f"word dropout probability must be in [0, 1), got {word_dropout}")
         self.tokens = tokens
         self.positions = positions
         self.scale = math.sqrt(tokens.embedding_dim)
         self.dropout = Dropout(dropout)
-        self.word_dropout = word_dropout
+        self.word_dropout = Dropout(word_dropout)  # applied to one scale per token
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """ids (B, T) -> (B, T, D); the first id is at position `offset` (incremental decoding)."""
-        scale = self.scale
-        if self.training and self.word_dropout:
-            keep = keep_mask(ids.shape, self.word_dropout, ids.device)
-            scale = keep.unsqueeze(-1) * (self.scale / (1.0 - self.word_dropout))
-        x = self.tokens(ids) * scale + self.positions(ids.shape[1], offset)
-        return self.dropout(x)
+        x = self.tokens(ids) * self.scale
+        if self.training and self.word_dropout.p:
+            x = x * self.word_dropout(x.new_ones(*ids.shape, 1))
+        return self.dropout(x + self.positions(ids.shape[1], offset))
 
 
 def token_embedding(vocab_size: int, d_model: int, pad_id: int) -> nn.Embedding:
