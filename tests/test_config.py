@@ -37,6 +37,7 @@ def test_the_model_section_resolves_with_vocabulary_sizes_from_the_tokenizer():
     (["train.lr=fast"], "train.lr must be a number, got 'fast'"),
     (["data.dir=3"], "data.dir must be a string or null, got 3"),
     (["train.precision=fp8"], "train.precision must be one of"),
+    (["train.rdrop_alpha=-1"], "train.rdrop_alpha must be >= 0, got -1"),
     (["model.preset=huge"], "unknown preset 'huge'"),
     (["model.d_model=100"], "divisible"),
     (["max_updates=5"], "expected section.key=value"),

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from transduce.training import loss as loss_module
 from transduce.training.loss import (label_smoothed_cross_entropy, nll_loss,
-                                     projected_label_smoothed_cross_entropy)
+                                     projected_label_smoothed_cross_entropy, r_drop_loss)
 
 PAD = 1
 
@@ -133,3 +133,43 @@ def test_projected_loss_under_fp16_autocast_keeps_small_gradients():
     tiny = (g_ref.abs() < 6e-8) & (g_ref != 0)
     assert tiny.any() and (g_ours[tiny] != 0).all()
     torch.testing.assert_close(g_ours, g_ref, rtol=0.05, atol=0.05 * g_ref.abs().max().item())
+
+
+@pytest.mark.parametrize("alpha", [0.0, 5.0])
+def test_r_drop_loss_is_both_passes_cross_entropy_plus_alpha_times_half_kl(alpha, chunking):
+    hidden = torch.randn(6, 7, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (3, 7))
+    target[0, 3:] = PAD
+    ours = r_drop_loss(hidden, weight, target.repeat(2, 1), epsilon=0.1, alpha=alpha,
+                       ignore_index=PAD)
+    g_ours = torch.autograd.grad(ours * 3.0, (hidden, weight))
+    logits = hidden @ weight.T
+    ce = sum(F.cross_entropy(half.flatten(0, 1), target.flatten(), ignore_index=PAD,
+                             label_smoothing=0.1, reduction="sum") for half in logits.chunk(2))
+    real = target != PAD
+    log_p, log_q = (torch.log_softmax(half[real], dim=-1) for half in logits.chunk(2))
+    kl = (F.kl_div(log_q, log_p, log_target=True, reduction="sum")  # KL(p || q)
+          + F.kl_div(log_p, log_q, log_target=True, reduction="sum"))
+    ref = ce + alpha * kl / 2
+    g_ref = torch.autograd.grad(ref * 3.0, (hidden, weight))
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+    assert (g_ours[0][0, 3:] == 0).all() and (g_ours[0][3, 3:] == 0).all()  # padding
+
+
+def test_r_drop_loss_under_bf16_autocast_is_close_to_fp32():
+    hidden = torch.randn(6, 5, 16)
+    weight = torch.randn(50, 16) / 4
+    target = torch.randint(2, 50, (3, 5)).repeat(2, 1)
+    exact = r_drop_loss(hidden, weight, target)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        approx = r_drop_loss(hidden, weight, target)
+    assert approx.dtype == torch.float32
+    torch.testing.assert_close(approx, exact, rtol=2e-2, atol=0)
+
+
+def test_r_drop_loss_refuses_targets_that_are_not_one_batch_twice():
+    target = torch.randint(2, 50, (4, 5))
+    with pytest.raises(ValueError, match="the same targets twice"):
+        r_drop_loss(torch.randn(4, 5, 8), torch.randn(50, 8), target)

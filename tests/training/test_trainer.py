@@ -82,6 +82,31 @@ def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
         torch.testing.assert_close(param.grad, accumulated[name], atol=1e-6, rtol=1e-4)
 
 
+def test_r_drop_without_dropout_is_plain_training(tmp_path):
+    """Without dropout the two passes agree, so the KL term and its gradient vanish: R-Drop's
+    loss and gradients equal plain training's. With dropout the passes differ and it adds."""
+    plain = Trainer(_config("model.dropout=0.0"), tmp_path / "plain")
+    batches = [b for _, b in zip(range(2), plain._batch_stream(), strict=False)]
+    loss, tokens = plain.accumulate_gradients(batches)
+    grads = {n: p.grad.clone() for n, p in plain.model.named_parameters()}
+    twice = Trainer(_config("model.dropout=0.0", "train.rdrop_alpha=5"), tmp_path / "twice")
+    twice.model.load_state_dict(plain.model.state_dict())
+    r_loss, r_tokens = twice.accumulate_gradients(batches)
+    assert r_tokens == tokens  # tokens/s counts each target token once
+    assert r_loss == pytest.approx(loss, rel=1e-5)
+    for name, param in twice.model.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name], atol=1e-6, rtol=1e-4)
+    noisy = Trainer(_config("model.dropout=0.3", "train.rdrop_alpha=5"), tmp_path / "noisy")
+    noisy.model.load_state_dict(plain.model.state_dict())
+    no_kl = Trainer(_config("model.dropout=0.3", "train.rdrop_alpha=1e-9"), tmp_path / "no_kl")
+    no_kl.model.load_state_dict(plain.model.state_dict())
+    torch.manual_seed(0)
+    base_loss, _ = no_kl.accumulate_gradients(batches)
+    torch.manual_seed(0)
+    noisy_loss, _ = noisy.accumulate_gradients(batches)
+    assert noisy_loss > base_loss  # the same dropout masks: the difference is alpha x KL > 0
+
+
 def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatch):
     trainer = Trainer(_config("train.max_updates=20", "train.max_bad_updates=3"), tmp_path / "nan")
     real_features = trainer.model.features  # the decoder states the loss projects

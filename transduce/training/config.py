@@ -29,6 +29,8 @@ class TrainConfig:
     clip_norm: float = 0.0  # clip the gradient norm to this (0: no clipping)
     accumulate: int = 1  # update every k batches (a k times larger effective batch)
     label_smoothing: float = 0.1
+    rdrop_alpha: float = 0.0  # R-Drop: each batch runs twice, the loss adds alpha x the KL
+    #                           between the two predictions (0: off); data.max_tokens is per pass
     precision: str = "fp32"  # "fp32", "bf16" (autocast, CPU or GPU) or "fp16" (GPU, scaled)
     device: str = "auto"  # "auto" (GPU when present), "cpu", "cuda", "cuda:1", ...
     threads: int = 0  # CPU threads for PyTorch (0: its default)
@@ -50,7 +52,7 @@ class TrainConfig:
                             f"{self.precision!r}")
         for name in ("max_updates", "max_epochs", "warmup", "threads", "validate_every",
                      "save_every",
-                     "patience", "max_time", "clip_norm", "weight_decay"):
+                     "patience", "max_time", "clip_norm", "weight_decay", "rdrop_alpha"):
             if getattr(self, name) < 0:
                 raise UserError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("accumulate", "keep_checkpoints", "log_every", "max_bad_updates",

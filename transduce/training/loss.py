@@ -177,3 +177,87 @@ def projected_label_smoothed_cross_entropy(hidden: Tensor, weight: Tensor, targe
         return _ProjectedLabelSmoothedCrossEntropy.apply(
             hidden.index_select(0, real), weight, target.index_select(0, real), row_weight,
             float(epsilon), dtype)
+
+
+
+class _ProjectedRDrop(torch.autograd.Function):
+    """`r_drop_loss`: projection, losses and gradients chunk by chunk, as
+    `_ProjectedLabelSmoothedCrossEntropy` does for one pass, into scratch reused throughout."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
+                alpha: float, dtype: torch.dtype) -> Tensor:
+        """hidden (2, N, D): both passes' states at the N real positions; target (N,)."""
+        n, vocab = hidden.shape[1], weight.shape[0]
+        needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        w = weight.to(dtype)
+        grad_dtype = torch.float32 if dtype == torch.float16 else dtype  # as for one pass
+        w_grad = w if grad_dtype == dtype else weight.to(grad_dtype)
+        rows = max(1, min(n, _CHUNK_BYTES // (8 * vocab)))  # positions; two passes each
+        work_dtype = torch.promote_types(dtype, torch.float32)
+        log_p = hidden.new_empty(2 * rows, vocab, dtype=work_dtype)  # pass 1 rows, then pass 2
+        prob, diff = torch.empty_like(log_p), log_p.new_empty(rows, vocab)
+        loss = hidden.new_zeros((), dtype=work_dtype)
+        grad_hidden = torch.empty_like(hidden) if needs_grad else None
+        grad_weight = torch.zeros_like(weight, dtype=work_dtype) if needs_grad else None
+        smoothing = log_p.new_full((2 * rows, 1), epsilon - 1)
+        for start in range(0, n, rows):
+            chunk = slice(start, min(start + rows, n))
+            m = chunk.stop - chunk.start
+            h = hidden[:, chunk].reshape(2 * m, -1).to(dtype)
+            y = target[chunk, None].repeat(2, 1)
+            z, p, d = log_p[: 2 * m], prob[: 2 * m], diff[:m]
+            if z.dtype == dtype:
+                torch.mm(h, w.t(), out=z)
+            else:
+                z.copy_(torch.mm(h, w.t()))
+            z.sub_(z.amax(dim=1, keepdim=True))
+            sums = torch.exp(z, out=p).sum(dim=1, keepdim=True)
+            p.div_(sums)
+            z.sub_(sums.log_())  # log-probabilities
+            loss -= (1 - epsilon) * z.gather(1, y).sum() + epsilon / vocab * z.sum()
+            torch.sub(z[:m], z[m:], out=d)  # log p1 - log p2
+            expect = torch.bmm(p.view(2, m, 1, vocab).flatten(0, 1),  # E_p1[d], E_p2[d]
+                               d.repeat(2, 1).unsqueeze(2)).view(2 * m, 1)
+            loss += alpha / 2 * (expect[:m] - expect[m:]).sum()  # sum (p1 - p2)(log p1 - log p2)
+            if needs_grad:
+                # d KL/dz1 = p1 (d - E_p1[d]) + p1 - p2; d KL/dz2 = p2 (E_p2[d] - d) + p2 - p1
+                torch.sub(d, expect[:m], out=z[:m])
+                torch.sub(expect[m:], d, out=z[m:])
+                z.mul_(p)
+                torch.sub(p[:m], p[m:], out=d)
+                z[:m].add_(d)
+                z[m:].sub_(d)
+                z.mul_(alpha / 2).add_(p).sub_(epsilon / vocab)  # + the cross-entropy's
+                z.scatter_add_(1, y, smoothing[: 2 * m])
+                g = z.to(grad_dtype)
+                grad_hidden[:, chunk] = torch.mm(g, w_grad).view(2, m, -1)
+                grad_weight += torch.mm(g.t(), h.to(grad_dtype))
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return loss
+
+    backward = staticmethod(_ProjectedLabelSmoothedCrossEntropy.backward)
+
+
+def r_drop_loss(hidden: Tensor, weight: Tensor, target: Tensor, *, epsilon: float = 0.1,
+                alpha: float = 5.0, ignore_index: int = 1) -> Tensor:
+    """R-Drop (Liang et al., 2021): the batch ran through the model twice, each pass with its own
+    dropout, stacked along the first dimension of `hidden` (2B, T, D) and `target` (2B, T).
+
+    Returns, summed over the real positions of both passes, the label-smoothed cross-entropy of
+    each plus alpha times half the symmetric KL divergence between the two predictions,
+    KL(p1 || p2) + KL(p2 || p1) = sum_v (p1 - p2)(log p1 - log p2), as fairseq's
+    `label_smoothed_cross_entropy_with_rdrop` does; gradients reach both passes.
+    """
+    first, second = target.chunk(2)
+    if first.shape != second.shape or not torch.equal(first, second):
+        raise ValueError("r_drop_loss needs the same targets twice, stacked: (2B, T)")
+    real = (first.reshape(-1) != ignore_index).nonzero().squeeze(1)
+    hidden = hidden.reshape(2, -1, hidden.shape[-1]).index_select(1, real)  # (2, N, D)
+    device = hidden.device.type
+    dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+             else torch.promote_types(hidden.dtype, weight.dtype))
+    with torch.autocast(device, enabled=False):
+        return _ProjectedRDrop.apply(hidden, weight, first.reshape(-1).index_select(0, real),
+                                     float(epsilon), float(alpha), dtype)

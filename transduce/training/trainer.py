@@ -24,7 +24,7 @@ from transduce.errors import UserError
 from transduce.model.transformer import Transformer
 from transduce.training import checkpoint as ckpt
 from transduce.training import schedule
-from transduce.training.loss import projected_label_smoothed_cross_entropy
+from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
 from transduce.training.validate import Validation, validate
 
 log = logging.getLogger("transduce.train")
@@ -227,15 +227,21 @@ class Trainer:
         """Backpropagate the loss of `batches`, normalised by their target tokens together;
         returns the summed loss and the number of target tokens."""
         tokens = sum(b.n_tgt_tokens for b in batches)
+        cfg = self.config.train
         total = 0.0
         for batch in batches:
             batch = batch.to(self.device)
             with self._autocast():
-                hidden = self.model.features(batch.src, batch.tgt_in)
-                loss = projected_label_smoothed_cross_entropy(
-                    hidden, self.model.output.weight, batch.tgt_out,
-                    epsilon=self.config.train.label_smoothing,
-                    ignore_index=self.model_config.pad_id)
+                if cfg.rdrop_alpha > 0:  # R-Drop: the batch twice; the loss per pass (halved)
+                    hidden = self.model.features(batch.src.repeat(2, 1), batch.tgt_in.repeat(2, 1))
+                    loss = r_drop_loss(hidden, self.model.output.weight, batch.tgt_out.repeat(2, 1),
+                                       epsilon=cfg.label_smoothing, alpha=cfg.rdrop_alpha,
+                                       ignore_index=self.model_config.pad_id) / 2
+                else:
+                    hidden = self.model.features(batch.src, batch.tgt_in)
+                    loss = projected_label_smoothed_cross_entropy(
+                        hidden, self.model.output.weight, batch.tgt_out,
+                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id)
             self.scaler.scale(loss / tokens).backward()
             total += loss.item()
         return total, tokens
