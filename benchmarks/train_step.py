@@ -6,6 +6,7 @@ bucketing batcher would). Reports real (non-padding) target tokens per second.
 
     python benchmarks/train_step.py                      # tiny and base, fp32 and bf16
     python benchmarks/train_step.py --presets tiny --steps 20
+    python benchmarks/train_step.py --presets tiny --pre-norm --dropout 0.3 --attention-dropout 0.1
 """
 
 from __future__ import annotations
@@ -38,12 +39,15 @@ class TorchReference(nn.Module):
         self.transformer = nn.Transformer(c.d_model, c.n_heads, c.n_encoder_layers,
                                           c.n_decoder_layers, c.d_ff, c.dropout,
                                           batch_first=True, norm_first=c.norm_first)
-        self.transformer.encoder.norm = self.transformer.decoder.norm = None  # paper: post-norm
+        if not c.norm_first:  # the paper's post-norm: no final LayerNorm (pre-norm keeps it)
+            self.transformer.encoder.norm = self.transformer.decoder.norm = None
         for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
-            layer.dropout = nn.Identity()  # nn.Transformer's dropout after ReLU: not in the paper
+            # nn.Transformer's dropout after ReLU and on attention weights: not in the paper,
+            # so only what the config asks for (0 unless --activation/--attention-dropout)
+            layer.dropout = nn.Dropout(c.activation_dropout)
             for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
                 if attn is not None:
-                    attn.dropout = 0.0  # nor is dropout on attention weights
+                    attn.dropout = c.attention_dropout
         self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         self.output.weight = self.embedding.weight
         self.scale = math.sqrt(c.d_model)
@@ -103,15 +107,16 @@ def train_step(model, optimizer, batch, bf16: bool) -> None:
     optimizer.step()
 
 
-def measure(preset: str, bf16: bool, steps: int, rounds: int,
-            max_tokens: int) -> dict[str, float]:
+def measure(preset: str, bf16: bool, steps: int, rounds: int, max_tokens: int,
+            **config_changes) -> dict[str, float]:
     """Target tokens/s of each model: the median over `rounds` passes over the same batches.
 
     The passes alternate between the models (which goes first alternates too), so that both
     see the same machine load; within a pass one model runs alone, as it would in training.
     """
     vocab = VOCAB[preset]
-    config = ModelConfig.preset(preset, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    config = ModelConfig.preset(preset, src_vocab_size=vocab, tgt_vocab_size=vocab,
+                                **config_changes)
     batches = make_batches(vocab, max_tokens, n_batches=steps)
     tokens = sum(int((b[2] != PAD).sum()) for b in batches)
     runners = {}
@@ -139,16 +144,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed passes per model")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--pre-norm", action="store_true", help="LayerNorm before each sublayer")
+    for name in ("dropout", "attention-dropout", "activation-dropout"):
+        parser.add_argument(f"--{name}", type=float, help="instead of the preset's")
     args = parser.parse_args()
+    changes = {key: value for key, value in (
+        ("norm_first", args.pre_norm or None), ("dropout", args.dropout),
+        ("attention_dropout", args.attention_dropout),
+        ("activation_dropout", args.activation_dropout)) if value is not None}
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, ~{args.max_tokens} target "
           f"tokens/batch, median of {args.rounds} passes over {args.steps} batches; "
-          "target tokens/s (higher is better)\n")
+          "target tokens/s (higher is better)"
+          f"{''.join(f', {k}={v}' for k, v in changes.items())}\n")
     print("| preset | vocab | precision | transduce | torch.nn.Transformer | ratio |")
     print("|---|---|---|---|---|---|")
     for preset in args.presets:
         for bf16 in (False, True):
-            r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens)
+            r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens, **changes)
             ours, ref = r["transduce"], r["torch.nn.Transformer"]
             print(f"| {preset} | {VOCAB[preset]} | {'bf16 autocast' if bf16 else 'fp32'} | "
                   f"{ours:,.0f} | {ref:,.0f} | {ours / ref:.2f}x |", flush=True)
