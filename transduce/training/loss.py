@@ -189,7 +189,6 @@ def projected_label_smoothed_cross_entropy(hidden: Tensor, weight: Tensor, targe
             float(epsilon), dtype)
 
 
-
 class _ProjectedRDrop(torch.autograd.Function):
     """`r_drop_loss`: projection, losses and gradients chunk by chunk, as
     `_ProjectedLabelSmoothedCrossEntropy` does for one pass, into scratch reused throughout."""
