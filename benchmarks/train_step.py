@@ -148,10 +148,10 @@ def main() -> None:
     for name in ("dropout", "attention-dropout", "activation-dropout"):
         parser.add_argument(f"--{name}", type=float, help="instead of the preset's")
     args = parser.parse_args()
-    changes = {key: value for key, value in (
-        ("norm_first", args.pre_norm or None), ("dropout", args.dropout),
-        ("attention_dropout", args.attention_dropout),
-        ("activation_dropout", args.activation_dropout)) if value is not None}
+    changes = {"norm_first": True} if args.pre_norm else {}
+    for key in ("dropout", "attention_dropout", "activation_dropout"):
+        if getattr(args, key) is not None:
+            changes[key] = getattr(args, key)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, ~{args.max_tokens} target "
           f"tokens/batch, median of {args.rounds} passes over {args.steps} batches; "

@@ -225,13 +225,13 @@ class _ProjectedRDrop(torch.autograd.Function):
             z.sub_(sums.log_())  # log-probabilities
             loss -= (1 - epsilon) * z.gather(1, y).sum() + epsilon / vocab * z.sum()
             torch.sub(z[:m], z[m:], out=d)  # log p1 - log p2
-            expect = torch.bmm(p.view(2, m, 1, vocab).flatten(0, 1),  # E_p1[d], E_p2[d]
-                               d.repeat(2, 1).unsqueeze(2)).view(2 * m, 1)
-            loss += alpha / 2 * (expect[:m] - expect[m:]).sum()  # sum (p1 - p2)(log p1 - log p2)
+            e1, e2 = (torch.bmm(q.unsqueeze(1), d.unsqueeze(2)).view(m, 1)  # E_p1[d], E_p2[d]
+                      for q in (p[:m], p[m:]))
+            loss += alpha / 2 * (e1 - e2).sum()  # sum (p1 - p2)(log p1 - log p2)
             if needs_grad:
                 # d KL/dz1 = p1 (d - E_p1[d]) + p1 - p2; d KL/dz2 = p2 (E_p2[d] - d) + p2 - p1
-                torch.sub(d, expect[:m], out=z[:m])
-                torch.sub(expect[m:], d, out=z[m:])
+                torch.sub(d, e1, out=z[:m])
+                torch.sub(e2, d, out=z[m:])
                 z.mul_(p)
                 torch.sub(p[:m], p[m:], out=d)
                 z[:m].add_(d)
