@@ -45,9 +45,11 @@ def test_null_unsets_an_optional_setting(tmp_path, capsys):
     assert "train: 2 pairs" in capsys.readouterr().out
 
 
-def test_prepare_has_no_option_for_training_time_bpe_dropout(capsys):
-    # prepare writes the deterministic segmentation; BPE-dropout resamples it while training
+@pytest.mark.parametrize("option", ["--bpe-dropout", "--bidirectional-epochs"])
+def test_prepare_has_no_option_for_training_time_data_settings(capsys, option):
+    # prepare writes the corpus as it is; BPE-dropout resamples it and bidirectional training
+    # reverses it while training
     with pytest.raises(SystemExit) as exit:
-        main(["prepare", "--out", "unused", "--bpe-dropout", "0.1"])
+        main(["prepare", "--out", "unused", option, "1"])
     assert exit.value.code == 2
-    assert "unrecognized arguments: --bpe-dropout" in capsys.readouterr().err
+    assert f"unrecognized arguments: {option}" in capsys.readouterr().err

@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--out", required=True, help="directory for tokenizer and data")
     _add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
                         defaults={"dataset": None},
-                        skip=("bpe_dropout",))  # resampled while training, not prepared
+                        skip=("bpe_dropout", "bidirectional_epochs"))  # training-time only
     prepare.set_defaults(run=_prepare)
 
     train = commands.add_parser(

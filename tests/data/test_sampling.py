@@ -64,3 +64,13 @@ def test_a_sampled_pair_longer_than_max_length_keeps_its_deterministic_segmentat
 def test_bad_bpe_dropout_settings_name_the_key(fields, message):
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace(")", r"\)")):
         DataConfig(dataset="numbers", **fields)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(bidirectional_epochs=-1), "data.bidirectional_epochs must be >= 0"),
+    (dict(bidirectional_epochs=2, shared_vocab=False),
+     "data.bidirectional_epochs needs data.shared_vocab=true"),
+])
+def test_bad_bidirectional_settings_name_the_key(fields, message):
+    with pytest.raises(UserError, match=message):
+        DataConfig(dataset="numbers", **fields)

@@ -275,3 +275,31 @@ def test_named_checkpoint_resolves_names_pointers_and_paths(tmp_path):
     kept = "update_0000002, update_0000004"
     with pytest.raises(UserError, match=rf"no checkpoint 'update_9' \(kept: {kept}"):
         ckpt.named_checkpoint(run, "update_9")
+
+
+def test_bidirectional_epochs_train_each_pair_both_ways_then_forward_alone(tmp_path):
+    trainer = Trainer(_config("data.bidirectional_epochs=2"), tmp_path / "bit")
+    forward = trainer.data.train
+    for epoch, ways in ((0, 2), (1, 2), (2, 1)):
+        pairs, batches = trainer._epoch_data(epoch)
+        assert len(pairs) == ways * len(forward)
+        seen = sorted(i for ids in batches for i in ids.tolist())
+        assert seen == list(range(len(pairs)))  # each pair, and each reversal, once
+    pairs, _ = trainer._epoch_data(0)
+    n = len(forward)
+    for i in (0, n // 2, n - 1):
+        assert pairs.src(n + i).tolist() == forward.tgt(i).tolist()
+        assert pairs.tgt(n + i).tolist() == forward.src(i).tolist()
+        assert pairs.src(i).tolist() == forward.src(i).tolist()
+
+
+def test_bidirectional_training_resumes_bit_identically(tmp_path):
+    bit = ["data.bidirectional_epochs=1", "train.validate_every=30"]
+    straight = Trainer(_config("train.max_updates=90", *bit), tmp_path / "a")
+    straight.train()
+    assert straight.progress.epoch >= 1  # crosses from both ways into forward alone
+    Trainer(_config("train.max_updates=30", *bit), tmp_path / "b").train()
+    Trainer.resume(tmp_path / "b", ["train.max_updates=90"]).train()
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

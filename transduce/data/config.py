@@ -31,6 +31,8 @@ class DataConfig:
     character_coverage: float = 0.9995  # share of characters SentencePiece keeps as pieces
     bpe_dropout: float = 0.0  # BPE only: skip each merge with this probability, a new
     #                           segmentation of the training text every epoch (0.1 is usual)
+    bidirectional_epochs: int = 0  # the first epochs also train target -> source (every pair
+    #                                reversed as well; BiT, Ding et al. 2021); a shared vocabulary
     lowercase: bool = False  # lowercase all text, both sides, in training and translation
     #                          (the usual Multi30k preprocessing): outputs are lowercase
     min_freq: int = 1  # word tokenizer: drop words seen fewer times
@@ -68,5 +70,11 @@ class DataConfig:
             raise UserError(f"data.bpe_dropout must be in [0, 1), got {self.bpe_dropout}")
         if self.bpe_dropout and self.tokenizer != "bpe":
             raise UserError(f"data.bpe_dropout needs data.tokenizer=bpe, not {self.tokenizer!r}")
+        if self.bidirectional_epochs < 0:
+            raise UserError(f"data.bidirectional_epochs must be >= 0, got "
+                            f"{self.bidirectional_epochs}")
+        if self.bidirectional_epochs and not self.shared_vocab:
+            raise UserError("data.bidirectional_epochs needs data.shared_vocab=true: a reversed "
+                            "pair reads target ids as source ids")
         if self.max_length_ratio < 1:
             raise UserError(f"data.max_length_ratio must be >= 1, got {self.max_length_ratio}")

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from transduce.config import Config, load_config
 from transduce.data.batching import Batch, TokenBatches, collate
+from transduce.data.directions import BothDirections
 from transduce.data.prepare import PreparedData, prepare
 from transduce.data.sampling import BpeDropout
 from transduce.data.tokenizer import Tokenizers
@@ -194,10 +195,16 @@ class Trainer:
     def _epoch_data(self, epoch: int):
         """The training pairs as segmented for `epoch` and that epoch's batches (of indices)."""
         if self._epoch[0] != epoch:
-            if self.bpe_dropout is None:
-                pairs, batches = self.data.train, self.batches
-            else:
+            pairs, batches = self.data.train, self.batches
+            if self.bpe_dropout is not None:
                 pairs = self.bpe_dropout.epoch(epoch)
+            both = self.config.data.bidirectional_epochs
+            if epoch < both:
+                pairs = BothDirections(pairs)
+            elif epoch == both > 0:
+                log.info("epoch %d: source -> target alone from here (%d epochs both ways)",
+                         epoch + 1, both)
+            if pairs is not self.data.train:
                 batches = TokenBatches.of(pairs, self.config.data.max_tokens,
                                           seed=self.config.train.seed)
             self._epoch = (epoch, pairs, batches.epoch(epoch))
