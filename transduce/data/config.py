@@ -32,7 +32,7 @@ class DataConfig:
     bpe_dropout: float = 0.0  # BPE only: skip each merge with this probability, a new
     #                           segmentation of the training text every epoch (0.1 is usual)
     bidirectional_epochs: int = 0  # the first epochs also train target -> source (every pair
-    #                                reversed as well; BiT, Ding et al. 2021); a shared vocabulary
+    #                                reversed as well; BiT, Ding et al. 2021); needs shared_vocab
     lowercase: bool = False  # lowercase all text, both sides, in training and translation
     #                          (the usual Multi30k preprocessing): outputs are lowercase
     min_freq: int = 1  # word tokenizer: drop words seen fewer times
