@@ -107,6 +107,33 @@ def test_r_drop_without_dropout_is_plain_training(tmp_path):
     assert noisy_loss > base_loss  # the same dropout masks: the difference is alpha x KL > 0
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_auto_precision_trains_as_bf16_where_native_else_as_fp32(tmp_path, monkeypatch, native):
+    monkeypatch.setattr("transduce.training.trainer.native_bf16", lambda device: native)
+    auto = Trainer(_config("model.dropout=0.0", "train.precision=auto"), tmp_path / "auto")
+    expected = "bf16" if native else "fp32"
+    assert auto.precision == expected
+    same = Trainer(_config("model.dropout=0.0", f"train.precision={expected}"), tmp_path / "same")
+    other = Trainer(_config("model.dropout=0.0", f"train.precision={'fp32' if native else 'bf16'}"),
+                    tmp_path / "other")
+    batches = [b for _, b in zip(range(2), auto._batch_stream(), strict=False)]
+    grads = {}
+    for name, trainer in (("auto", auto), ("same", same), ("other", other)):
+        trainer.model.load_state_dict(auto.model.state_dict())
+        trainer.accumulate_gradients(batches)
+        grads[name] = [p.grad for p in trainer.model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(grads["auto"], grads["same"], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(grads["auto"], grads["other"], strict=True))
+
+
+def test_bf16_without_native_support_warns_and_names_the_key(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("transduce.training.trainer.native_bf16", lambda device: False)
+    with caplog.at_level("WARNING"):
+        trainer = Trainer(_config("train.precision=bf16"), tmp_path / "bf16")
+    assert trainer.precision == "bf16"  # as asked, only warned
+    assert "train.precision=bf16" in caplog.text and "train.precision=auto" in caplog.text
+
+
 def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatch):
     trainer = Trainer(_config("train.max_updates=20", "train.max_bad_updates=3"), tmp_path / "nan")
     real_features = trainer.model.features  # the decoder states the loss projects

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from transduce.errors import UserError
 
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ class TrainConfig:
     label_smoothing: float = 0.1
     rdrop_alpha: float = 0.0  # R-Drop: each batch runs twice, the loss adds alpha x the KL
     #                           between the two predictions (0: off); data.max_tokens is per pass
-    precision: str = "fp32"  # "fp32", "bf16" (autocast, CPU or GPU) or "fp16" (GPU, scaled)
+    precision: str = "fp32"  # "fp32", "bf16" (autocast, CPU or GPU), "fp16" (GPU, scaled) or
+    #                          "auto": bf16 where the device multiplies it natively, else fp32
     device: str = "auto"  # "auto" (GPU when present), "cpu", "cuda", "cuda:1", ...
     threads: int = 0  # CPU threads for PyTorch (0: its default)
     validate_every: int = 1000  # updates between validations (0: only at the end)

@@ -69,6 +69,7 @@ class Trainer:
         if train.threads:
             torch.set_num_threads(train.threads)
         self.device = _device(train.device)
+        self.precision = _precision(train.precision, self.device)
         torch.manual_seed(train.seed)
         self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
                                     max_positions=config.model.max_positions)
@@ -80,8 +81,8 @@ class Trainer:
         self.optimizer = optimizer_type(self.model.parameters(), lr=train.lr,
                                         betas=train.adam_betas, eps=train.adam_eps,
                                         weight_decay=train.weight_decay)
-        self.scaler = torch.amp.GradScaler(enabled=train.precision == "fp16")
-        if train.precision == "fp16" and self.device.type != "cuda":
+        self.scaler = torch.amp.GradScaler(enabled=self.precision == "fp16")
+        if self.precision == "fp16" and self.device.type != "cuda":
             raise UserError("train.precision=fp16 needs a GPU; use bf16 on CPU")
         self.batches = TokenBatches.of(self.data.train, config.data.max_tokens, seed=train.seed)
         self.bpe_dropout = None
@@ -311,10 +312,9 @@ class Trainer:
         log.warning("stopping after this update (signal %d); press Ctrl-C again to abort", signum)
 
     def _autocast(self):
-        precision = self.config.train.precision
-        if precision == "fp32":
+        if self.precision == "fp32":
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
     # -- validation, checkpoints, reporting -------------------------------------------------------
@@ -438,6 +438,32 @@ def _device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"train.device={name}: no GPU is available; use cpu or auto")
     return device
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 matrices in hardware: a GPU that supports bf16, or a CPU
+    with AVX512-BF16 or AMX. Elsewhere PyTorch's CPU kernels emulate bf16, and autocast makes a
+    training step slower, not faster (`tiny` on a 2-core AVX2 CPU: 244 target tokens/s against
+    4,312 in fp32, benchmarks/train_step.py)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return any(getattr(torch.cpu, probe, lambda: False)()
+                   for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return False
+
+
+def _precision(name: str, device: torch.device) -> str:
+    """train.precision as it will run: "auto" resolved, bf16 without hardware support warned."""
+    if name == "auto":
+        name = "bf16" if native_bf16(device) else "fp32"
+        log.info("precision: %s (train.precision=auto on %s%s)", name, device.type,
+                 "" if name == "bf16" else ", which has no native bf16")
+    elif name == "bf16" and not native_bf16(device):
+        log.warning("train.precision=bf16: this %s has no native bf16 (AVX512-BF16, AMX or a "
+                    "bf16 GPU), so training runs many times slower than fp32; "
+                    "train.precision=auto picks the faster", device.type)
+    return name
 
 
 class _NoWriter:
