@@ -1,4 +1,5 @@
-"""Process-wide memory settings that make CPU work faster, applied when transduce is imported.
+"""Process-wide memory settings that make CPU work faster, applied when transduce is imported,
+and what the hardware computes natively.
 
 Training and decoding allocate and free the same large tensors (logits, activations, key/value
 buffers) every step. Left to their defaults, the kernel takes that memory back when it is freed
@@ -42,3 +43,18 @@ def keep_freed_memory() -> bool:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
                 and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
+
+def native_bf16(device) -> bool:
+    """Whether `device` (a torch.device) multiplies bf16 matrices in hardware: a GPU that supports
+    bf16, or a CPU with AVX512-BF16 or AMX. Elsewhere PyTorch emulates bf16, so bf16 is slower
+    than fp32, not faster (`tiny` on a 2-core AVX2 CPU: training under autocast 244 target
+    tokens/s against 4,312 in fp32, benchmarks/train_step.py; beam search 3.3x slower)."""
+    import torch  # here, not above: this module runs before torch is first imported
+
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cpu":
+        return any(getattr(torch.cpu, probe, lambda: False)()
+                   for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return False

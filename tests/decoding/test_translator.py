@@ -57,6 +57,16 @@ def test_bfloat16_decoding_scores_like_float32(run_dir):
         Translator.load(run_dir, dtype="int4")
 
 
+@pytest.mark.parametrize("native", [False, True])
+def test_bfloat16_without_native_support_is_warned_about(run_dir, monkeypatch, caplog, native):
+    monkeypatch.setattr("transduce.decoding.translator.native_bf16", lambda device: native)
+    with caplog.at_level("WARNING"):
+        Translator.load(run_dir, dtype="bfloat16", device="cpu")
+        Translator.load(run_dir, device="cpu")  # float32: nothing to say
+    assert ("no native bf16" in caplog.text) != native
+    assert caplog.text.count("no native bf16") <= 1
+
+
 def test_too_long_line_is_truncated_with_a_warning_naming_it(run_dir, caplog):
     translator = Translator.load(run_dir)
     long = " ".join(["seven"] * 60)

@@ -23,6 +23,7 @@ from transduce.data.sampling import BpeDropout
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
+from transduce.runtime import native_bf16
 from transduce.training import checkpoint as ckpt
 from transduce.training import schedule
 from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
@@ -438,19 +439,6 @@ def _device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"train.device={name}: no GPU is available; use cpu or auto")
     return device
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` multiplies bf16 matrices in hardware: a GPU that supports bf16, or a CPU
-    with AVX512-BF16 or AMX. Elsewhere PyTorch's CPU kernels emulate bf16, and autocast makes a
-    training step slower, not faster (`tiny` on a 2-core AVX2 CPU: 244 target tokens/s against
-    4,312 in fp32, benchmarks/train_step.py)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    if device.type == "cpu":
-        return any(getattr(torch.cpu, probe, lambda: False)()
-                   for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-    return False
 
 
 def _precision(name: str, device: torch.device) -> str:
