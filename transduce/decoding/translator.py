@@ -86,10 +86,11 @@ class Translator:
         model = models[0] if len(models) == 1 else Ensemble(models)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if dtype == "bfloat16" and not native_bf16(torch.device(device)):
+        device = torch.device(device)
+        if dtype == "bfloat16" and not native_bf16(device):
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
                         "GPU), so it is emulated and decoding runs slower than in float32",
-                        torch.device(device).type)
+                        device.type)
         return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, decode)
 
     @staticmethod
