@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import time
 import typing
@@ -60,6 +61,8 @@ def _prepare(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> int:
     from transduce.training.trainer import Trainer
 
+    if args.nproc > 1:
+        return _launch(args.nproc, args.argv)
     if args.resume:
         if args.config:  # `train --resume DIR key=value`: the first override lands in config
             args.overrides.insert(0, args.config)
@@ -75,6 +78,24 @@ def _train(args: argparse.Namespace) -> int:
         trainer = Trainer(config, Path(args.run_dir or Path("runs") / name))
     trainer.train()
     return 130 if trainer.interrupted else 0
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """`transduce train --nproc N ...`: the same command as N data-parallel processes."""
+    from transduce.training.distributed import launch
+
+    if "WORLD_SIZE" in os.environ:
+        raise UserError("--nproc starts the training processes itself; under torchrun leave "
+                        "it out")
+    rest, skip = [], False
+    for arg in argv:  # the command without --nproc N
+        if skip or arg.startswith("--nproc="):
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        else:
+            rest.append(arg)
+    return launch(nproc, rest)
 
 
 def _average(args: argparse.Namespace) -> None:
@@ -291,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --resume: fresh Adam moments (fine-tuning)")
     train.add_argument("--reset-schedule", action="store_true",
                        help="with --resume: restart the learning-rate schedule and limits")
+    train.add_argument("--nproc", type=int, default=1, metavar="N",
+                       help="train in N data-parallel processes (one per GPU, or per CPU core "
+                            "group: on a CPU each gets cores/N threads); every update takes N "
+                            "times data.max_tokens")
     train.set_defaults(run=_train)
 
     average = commands.add_parser(
@@ -353,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, extra = parser.parse_known_args(argv)
+    args.argv = argv
     # argparse cannot take more positionals after an option: overrides placed after
     # --run-dir arrive here
     takes_overrides = args.command in ("train", "quickstart")

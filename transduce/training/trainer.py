@@ -25,6 +25,7 @@ from transduce.errors import UserError
 from transduce.model.transformer import Transformer
 from transduce.runtime import native_bf16
 from transduce.training import checkpoint as ckpt
+from transduce.training.distributed import World
 from transduce.training import schedule
 from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
 from transduce.training.validate import Validation, validate
@@ -57,7 +58,8 @@ class Trainer:
 
     `Trainer(config, run_dir).train()` starts a run; `Trainer.resume(run_dir).train()` continues
     one from its latest checkpoint with the same batches, dropout masks and updates it would have
-    had without the interruption.
+    had without the interruption. Started by `torchrun` (or `transduce train --nproc N`), each
+    process trains on its share of every update's batches (transduce.training.distributed).
     """
 
     def __init__(self, config: Config, run_dir: Path, *, data: PreparedData | None = None,
@@ -65,15 +67,25 @@ class Trainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._log_to_file()
+        self.world = World.from_env()
+        if self.world.main:
+            self._log_to_file()
+        else:  # the main process reports for all
+            logging.getLogger("transduce").setLevel(logging.WARNING)
         train = config.train
         if train.threads:
             torch.set_num_threads(train.threads)
-        self.device = _device(train.device)
+        self.device = _device(train.device, self.world)
+        self.world.start(self.device)
         self.precision = _precision(train.precision, self.device)
         torch.manual_seed(train.seed)
+        if data is None and not self.world.main:  # the main process prepares, the others reuse
+            self.world.barrier()
+            tokenizers = tokenizers or Tokenizers.load(self.run_dir)
         self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
                                     max_positions=config.model.max_positions)
+        if data is None and self.world.main:
+            self.world.barrier()
         tok = self.data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)
@@ -97,6 +109,8 @@ class Trainer:
         self._consecutive_bad = 0
         self._resumed = False
         self._epoch: tuple = (None, None, None)  # (epoch, its training pairs, its batches)
+        if self.world.rank:  # the same initial weights as the main process, other dropout masks
+            torch.manual_seed(train.seed + 1_000_003 * self.world.rank)
 
     @classmethod
     def resume(cls, run_dir: Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
@@ -124,15 +138,20 @@ class Trainer:
                 raise UserError(f"{self.run_dir} already holds a run; continue it with "
                                 f"`transduce train --resume {self.run_dir}` or pick another "
                                 "--run-dir")
-            self.config.save(self.run_dir / "config.yaml")
+            if self.world.main:
+                self.config.save(self.run_dir / "config.yaml")
             c = self.model_config
             log.info("model: %s parameters (%s preset: D=%d, d_ff=%d, H=%d, %d+%d layers, "
                      "vocabulary %d/%d)", f"{self.model.num_parameters():,}",
                      self.config.model.preset, c.d_model, c.d_ff, c.n_heads, c.n_encoder_layers,
                      c.n_decoder_layers, c.src_vocab_size, c.tgt_vocab_size)
-        writer = _tensorboard(self.run_dir / "tensorboard")
+            if self.world.size > 1:
+                log.info("data parallel: %d processes on %s, %d batches of %d tokens each per "
+                         "update", self.world.size, self.device.type,
+                         self.world.size * cfg.accumulate, self.config.data.max_tokens)
+        writer = _tensorboard(self.run_dir / "tensorboard") if self.world.main else _NoWriter()
         bar = tqdm(total=cfg.max_updates or None, initial=p.update, unit="upd",
-                   dynamic_ncols=True, disable=None)
+                   dynamic_ncols=True, disable=None if self.world.main else True)
         window = {"loss": 0.0, "tokens": 0, "time": 0.0, "updates": 0}
         reason = "done"
         previous = {}
@@ -146,11 +165,12 @@ class Trainer:
             batches = self._batch_stream()
             while True:
                 p.elapsed = elapsed_before + time.perf_counter() - started  # wall clock
-                reason = self._should_stop()
+                reason = self._agreed_stop()
                 if reason:
                     break
                 start = time.perf_counter()
-                loss, tokens = self._update([next(batches) for _ in range(cfg.accumulate)])
+                loss, tokens = self._update([next(batches)
+                                             for _ in range(cfg.accumulate * self.world.size)])
                 took = time.perf_counter() - start
                 if loss is None:
                     continue
@@ -176,11 +196,18 @@ class Trainer:
             self._save(best=False)
             log.info("interrupted: checkpoint %s written; continue with `transduce train --resume "
                      "%s`", self._checkpoint_name(), self.run_dir)
-        elif reason != "early stopping" and not (p.history and p.history[-1]["update"] == p.update):
+        elif reason != "early stopping" and not self.world.from_main(
+                bool(p.history) and p.history[-1]["update"] == p.update):  # not just validated
             self._validate_and_save(writer)
         writer.close()
         self._summary(reason)
+        self.world.barrier()  # all done: none exits while another still needs it
         return p
+
+    def _agreed_stop(self) -> str | None:
+        """Why to stop now, if so: one process's reason (a signal, its clock) stops them all."""
+        reasons = self.world.gather(self._should_stop())
+        return next((r for r in reasons if r), None)
 
     def _batch_stream(self):
         """Batches from the current data position onward, across epochs."""
@@ -214,9 +241,13 @@ class Trainer:
 
     def _update(self, batches: list[Batch]) -> tuple[float | None, int]:
         """One optimiser update from k batches; the loss is normalised by their target tokens
-        together, so k batches equal one batch k times larger."""
+        together, so k batches equal one batch k times larger. With several processes each
+        backpropagates its share of the batches, and the gradients are summed."""
         cfg, p = self.config.train, self.progress
-        total, tokens = self.accumulate_gradients(batches)
+        tokens = sum(b.n_tgt_tokens for b in batches)
+        world = self.world
+        total, _ = self.accumulate_gradients(batches[world.rank::world.size], tokens=tokens)
+        total = world.sum_gradients(list(self.model.parameters()), total)
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                               cfg.clip_norm or float("inf"))
@@ -232,10 +263,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total / tokens, tokens
 
-    def accumulate_gradients(self, batches: list[Batch]) -> tuple[float, int]:
-        """Backpropagate the loss of `batches`, normalised by their target tokens together;
-        returns the summed loss and the number of target tokens."""
-        tokens = sum(b.n_tgt_tokens for b in batches)
+    def accumulate_gradients(self, batches: list[Batch], *,
+                             tokens: int | None = None) -> tuple[float, int]:
+        """Backpropagate the loss of `batches`, normalised by their target tokens together (or by
+        `tokens`, those of the whole update); returns the summed loss and the tokens."""
+        tokens = sum(b.n_tgt_tokens for b in batches) if tokens is None else tokens
         cfg = self.config.train
         total = 0.0
         for batch in batches:
@@ -340,9 +372,10 @@ class Trainer:
         return self._references
 
     def _validate_and_save(self, writer) -> bool:
-        """Validate, checkpoint (marking the best), and say whether to stop early."""
+        """Validate, checkpoint (marking the best), and say whether to stop early. With several
+        processes the main one validates and decides for all."""
         p, cfg = self.progress, self.config.train
-        result = self.validate()
+        result = self.validate() if self.world.main else None
         best = True
         if result is not None:
             # the best by BLEU, ties (e.g. one-word outputs, where BLEU is 0) by loss
@@ -363,23 +396,26 @@ class Trainer:
             log.info("update %d: valid loss %.3f, ppl %.2f%s%s", p.update, result.loss,
                      result.perplexity, scores, " (best)" if best else "")
         self._save(best=best)
-        return bool(cfg.patience) and p.bad_validations >= cfg.patience
+        return self.world.from_main(bool(cfg.patience) and p.bad_validations >= cfg.patience)
 
     def _checkpoint_name(self) -> str:
         return f"update_{self.progress.update:07d}"
 
     def _save(self, best: bool) -> None:
-        state = {
-            "progress": asdict(self.progress),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-            "config": self.config.to_dict(),
-            "model_config": asdict(self.model_config),
-        }
-        ckpt.save_checkpoint(self.run_dir, self._checkpoint_name(), self.model, state, best=best,
-                             keep=self.config.train.keep_checkpoints)
+        """Write a checkpoint (the main process; every process calls this, for its RNG state)."""
+        rng = self.world.gather(_rng_state())
+        if self.world.main:
+            state = {
+                "progress": asdict(self.progress),
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": {**rng[0], "processes": rng[1:]},
+                "config": self.config.to_dict(),
+                "model_config": asdict(self.model_config),
+            }
+            ckpt.save_checkpoint(self.run_dir, self._checkpoint_name(), self.model, state,
+                                 best=best, keep=self.config.train.keep_checkpoints)
+        self.world.barrier()
 
     def _load(self, path: Path, *, reset_optimizer: bool, reset_schedule: bool) -> None:
         ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
@@ -388,9 +424,16 @@ class Trainer:
         if not reset_optimizer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        rng = [state["rng"], *state["rng"].get("processes", [])]
+        if len(rng) != self.world.size:
+            log.warning("%s was written by %d training processes, and %d continue it: the run "
+                        "goes on, but not as it would have without the interruption", path,
+                        len(rng), self.world.size)
+        rng = rng[self.world.rank] if self.world.rank < len(rng) else None
+        if rng is not None:
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
         if reset_schedule:
             self.progress.update = 0
             self.progress.elapsed = 0.0
@@ -432,12 +475,28 @@ class Trainer:
             root.setLevel(logging.INFO)
 
 
-def _device(name: str) -> torch.device:
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _device(name: str, world: World = World()) -> torch.device:
+    """train.device as a torch.device; with several processes on a machine each has its own
+    GPU (the one of its local rank)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"train.device={name}: no GPU is available; use cpu or auto")
+    if device.type == "cuda" and world.size > 1:
+        if device.index is not None:
+            raise UserError(f"train.device={name}: with several training processes each takes "
+                            "the GPU of its local rank; use cuda or auto")
+        if world.local_rank >= torch.cuda.device_count():
+            raise UserError(f"{world.size} training processes on this machine, but only "
+                            f"{torch.cuda.device_count()} GPUs")
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
     return device
 
 
