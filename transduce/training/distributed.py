@@ -1,4 +1,4 @@
-"""Data-parallel training: one process per GPU (NCCL) or per CPU core (gloo).
+"""Data-parallel training: one process per GPU (NCCL) or per share of the CPU cores (gloo).
 
 Each process holds the whole model and trains on its share of every update's batches; after the
 backward pass the gradients (and the loss) are summed over the processes, so every process takes
@@ -6,10 +6,12 @@ the same optimiser step and the copies stay equal. An update of N processes with
 is the update of one process with `accumulate` N*k: the same batches, the same loss normalised by
 their target tokens together (tests/training/test_distributed.py).
 
-On a CPU this pays even on one machine: a training step of a small model uses two cores poorly
-(small matrix products, element-wise work), and two processes of one thread each train 1.24x
-faster than one process of two threads (the `tiny` model on a 2-core AMD EPYC; the gradients,
-9 MB, are summed in 9 ms of a 600 ms update).
+On one CPU it does not pay: PyTorch already spreads a step over the cores. For `tiny` on Multi30k
+on a 2-core AMD EPYC (AVX2), two processes of one thread with 2,048-token batches trained no
+faster than one process of two threads with 4,096 (6,650 against 6,693 target tokens/s,
+`python benchmarks/data_parallel.py --from-run RUN`): one thread does its half of the forward
+and backward passes in the time two threads do the whole (509 against 515 ms), and summing the
+gradients (9 MB, mostly waiting for the slower process) adds 33 ms to each update.
 
 `transduce train --nproc N` starts the N processes (through `torch.distributed.run`); `torchrun
 --nproc-per-node N -m transduce train ...` does the same, and runs across machines too.
@@ -99,16 +101,21 @@ def launch(nproc: int, argv: list[str]) -> int:
     standalone mode); returns the exit status, that of the first process to fail if one did.
     On a CPU each process gets an equal share of the cores as its threads (unless
     OMP_NUM_THREADS or train.threads say otherwise)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (cores or 1) // nproc)))
     args = get_args_parser().parse_args(
-        ["--standalone", f"--nproc-per-node={nproc}", "--module", "transduce", *argv])
+        ["--standalone", f"--nproc-per-node={nproc}", "--module", "transduce"])
+    args.training_script_args = list(argv)  # not through torchrun's parser, which would take
+    #                                         e.g. --nproc as its --nproc-per-node
     try:
         run(args)
     except ChildFailedError as error:
         _, failure = error.get_first_failure()
         return failure.exitcode or 1
+    except SignalException as stop:  # Ctrl-C or SIGTERM: the processes have saved and stopped
+        return 128 + stop.sigval
     return 0

@@ -493,8 +493,8 @@ def _device(name: str, world: World = World()) -> torch.device:
             raise UserError(f"train.device={name}: with several training processes each takes "
                             "the GPU of its local rank; use cuda or auto")
         if world.local_rank >= torch.cuda.device_count():
-            raise UserError(f"{world.size} training processes on this machine, but only "
-                            f"{torch.cuda.device_count()} GPUs")
+            raise UserError(f"training process {world.local_rank} of this machine has no GPU of "
+                            f"its own: {torch.cuda.device_count()} GPUs; use fewer processes")
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
     return device
