@@ -61,6 +61,8 @@ def _prepare(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> int:
     from transduce.training.trainer import Trainer
 
+    if args.nproc < 1:
+        raise UserError(f"--nproc must be at least 1, got {args.nproc}")
     if args.nproc > 1:
         return _launch(args.nproc, args.argv)
     if args.resume:

@@ -58,3 +58,10 @@ def test_nproc_under_torchrun_is_refused(monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["train", "--nproc", "2", *FAST]) == 2
     assert "under torchrun leave it out" in capsys.readouterr().err
+
+
+def test_nproc_below_one_is_refused(capsys):
+    from transduce.cli import main
+
+    assert main(["train", "--nproc", "0", *FAST]) == 2
+    assert "--nproc must be at least 1, got 0" in capsys.readouterr().err
