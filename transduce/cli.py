@@ -89,15 +89,22 @@ def _launch(nproc: int, argv: list[str]) -> int:
     if "WORLD_SIZE" in os.environ:
         raise UserError("--nproc starts the training processes itself; under torchrun leave "
                         "it out")
+    return launch(nproc, _without_nproc(argv))
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command without its --nproc N (also as --nproc=N, or abbreviated as argparse allows:
+    no other option of `train` starts with --n)."""
     rest, skip = [], False
-    for arg in argv:  # the command without --nproc N
-        if skip or arg.startswith("--nproc="):
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if skip:
             skip = False
-        elif arg == "--nproc":
-            skip = True
+        elif len(name) > 2 and "--nproc".startswith(name):
+            skip = "=" not in arg
         else:
             rest.append(arg)
-    return launch(nproc, rest)
+    return rest
 
 
 def _average(args: argparse.Namespace) -> None:

@@ -65,3 +65,12 @@ def test_nproc_below_one_is_refused(capsys):
 
     assert main(["train", "--nproc", "0", *FAST]) == 2
     assert "--nproc must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_relaunched_command_is_the_given_one_without_nproc():
+    from transduce.cli import _without_nproc
+
+    for nproc in (["--nproc", "2"], ["--nproc=2"], ["--npr", "2"], ["--np=2"]):
+        argv = ["train", "c.yaml", *nproc, "--run-dir", "r", "train.lr=0.1", "--nothing"]
+        assert _without_nproc(argv) == ["train", "c.yaml", "--run-dir", "r", "train.lr=0.1",
+                                        "--nothing"]
