@@ -49,7 +49,7 @@ def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
     tokens, start = 0, 0.0
     for step in range(5 + updates):
         if step == 5:
-            parts = dict.fromkeys(parts, 0.0)
+            parts.update(dict.fromkeys(parts, 0.0))
             tokens, start = 0, time.perf_counter()
         agree()
         batches = [next(stream) for _ in range(world.size)]

@@ -20,7 +20,9 @@ gradients (9 MB, mostly waiting for the slower process) adds 33 ms to each updat
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -59,6 +61,15 @@ class World:
         if self.size > 1:
             dist.barrier()
 
+    @contextlib.contextmanager
+    def main_first(self):
+        """The main process runs the block first, the others after it (to reuse its files)."""
+        if not self.main:
+            self.barrier()
+        yield
+        if self.main:
+            self.barrier()
+
     def gather(self, obj) -> list:
         """`obj` of every process, in rank order."""
         if self.size == 1:
@@ -75,11 +86,12 @@ class World:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def sum_gradients(self, parameters: list[torch.Tensor], loss: float) -> float:
+    def sum_gradients(self, parameters: Iterable[torch.Tensor], loss: float) -> float:
         """Sum the gradients of `parameters` and `loss` over the processes, in one message;
         returns the summed loss. A parameter without a gradient counts as zeros."""
         if self.size == 1:
             return loss
+        parameters = list(parameters)
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
         flat = torch.cat([g.reshape(-1).float() for g in grads]
                          + [torch.tensor([loss], device=grads[0].device)])

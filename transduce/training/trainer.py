@@ -79,13 +79,11 @@ class Trainer:
         self.world.start(self.device)
         self.precision = _precision(train.precision, self.device)
         torch.manual_seed(train.seed)
-        if data is None and not self.world.main:  # the main process prepares, the others reuse
-            self.world.barrier()
-            tokenizers = tokenizers or Tokenizers.load(self.run_dir)
-        self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
-                                    max_positions=config.model.max_positions)
-        if data is None and self.world.main:
-            self.world.barrier()
+        with self.world.main_first():  # the main process prepares the data, the others reuse it
+            if data is None and not self.world.main:
+                tokenizers = tokenizers or Tokenizers.load(self.run_dir)
+            self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
+                                        max_positions=config.model.max_positions)
         tok = self.data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)
@@ -247,7 +245,7 @@ class Trainer:
         tokens = sum(b.n_tgt_tokens for b in batches)
         world = self.world
         total, _ = self.accumulate_gradients(batches[world.rank::world.size], tokens=tokens)
-        total = world.sum_gradients(list(self.model.parameters()), total)
+        total = world.sum_gradients(self.model.parameters(), total)
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                               cfg.clip_norm or float("inf"))
