@@ -90,8 +90,8 @@ def main() -> None:
               flush=True)
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, os.cpu_count() // args.nproc))}
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={args.nproc}", __file__, "worker", "--from-run", str(args.run),
-                        "--updates", str(args.updates),
+                        f"--nproc-per-node={args.nproc}", __file__, "worker",
+                        "--from-run", str(args.run), "--updates", str(args.updates),
                         f"--max-tokens={max_tokens // args.nproc}"], check=True, env=env)
 
 

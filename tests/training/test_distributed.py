@@ -1,4 +1,4 @@
-"""Data-parallel training (`transduce train --nproc N`): two processes of one thread each, on gloo."""
+"""Data-parallel training (`transduce train --nproc N`): two one-thread processes, on gloo."""
 
 import os
 import subprocess
