@@ -129,3 +129,28 @@ def test_multi30k_round_trip_with_an_8k_shared_vocabulary():
     for src, tgt in corpus.pairs():
         assert tokenizers.src.decode(tokenizers.src.encode(src)) == src
         assert tokenizers.tgt.decode(tokenizers.tgt.encode(tgt)) == tgt
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram", "word"])
+def test_corpus_errors_name_their_file_and_line_under_every_tokenizer(tmp_path, kind):
+    def learn(src: bytes, tgt: bytes):
+        (tmp_path / "a.en").write_bytes(src)
+        (tmp_path / "a.de").write_bytes(tgt)
+        corpus = ParallelFiles(tmp_path / "a.en", tmp_path / "a.de")
+        return Tokenizers.train(corpus.pairs, kind=kind, vocab_size=300, name=str(corpus))
+
+    text = b"".join(b"sentence number %d here\n" % i for i in range(50))
+    with pytest.raises(DataError, match=r"a.en has 50 lines, .*a.de has 49"):
+        learn(text, text[: text.rindex(b"sentence")])
+    with pytest.raises(DataError, match=r"a.de:3: invalid UTF-8 at byte 2"):
+        learn(text, text.replace(b"sentence number 2 ", b"se\xffntence number 2 "))
+    with pytest.raises(DataError, match=r"a.en \+ .*a.de: no text to learn a vocabulary from"):
+        learn(b"\n" * 5, b" \n" * 5)
+
+
+def test_a_vocabulary_larger_than_the_text_supports_is_lowered_with_a_warning(caplog):
+    corpus = NumberWords("train", sizes=(2000, 10, 10))
+    tokenizers = Tokenizers.train(corpus.pairs, vocab_size=8000)  # both defaults
+    assert 300 < tokenizers.src.vocab_size < 8000
+    assert f"data.vocab_size=8000 is more than the training text supports (at most " \
+           f"{tokenizers.src.vocab_size}): using {tokenizers.src.vocab_size} instead" in caplog.text

@@ -61,7 +61,7 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
         tokenizers = Tokenizers.train(
             train_corpus.pairs, kind=config.tokenizer, vocab_size=config.vocab_size,
             shared=config.shared_vocab, character_coverage=config.character_coverage,
-            min_freq=config.min_freq, lowercase=config.lowercase)
+            min_freq=config.min_freq, lowercase=config.lowercase, name=str(train_corpus))
         tokenizers.save(directory)
     elif tokenizers.lowercase != config.lowercase:
         raise UserError(f"data.lowercase={str(config.lowercase).lower()}, but the given "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +26,8 @@ from transduce.errors import DataError
 UNK, PAD, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")
 _THREADS = 2
+
+log = logging.getLogger(__name__)
 
 
 class SentencePieceTokenizer:
@@ -51,9 +54,10 @@ class SentencePieceTokenizer:
                             f"'unigram', got {model_type!r}")
         spm.set_random_generator_seed(seed)
         model = io.BytesIO()
+        sentences = _Sentences(texts, lowercase)
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=(_case(t, lowercase) for t in texts if t), model_writer=model,
+                sentence_iterator=iter(sentences), model_writer=model,
                 vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage, byte_fallback=True,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -61,9 +65,20 @@ class SentencePieceTokenizer:
                 unk_piece=SPECIALS[UNK], pad_piece=SPECIALS[PAD], bos_piece=SPECIALS[BOS],
                 eos_piece=SPECIALS[EOS], input_sentence_size=max_sentences,
                 shuffle_input_sentence=True, num_threads=_THREADS, minloglevel=2)
-        except RuntimeError as error:  # e.g. a vocabulary larger than the text supports
+        except RuntimeError as error:
+            if sentences.error is not None:  # ours, raised while SentencePiece read the text
+                raise sentences.error from None
+            if sentences.count == 0:
+                raise NoText from None
+            message = str(error).splitlines()[-1]
+            if too_high := _VOCAB_TOO_HIGH.search(message):
+                raise VocabularyTooLarge(vocab_size, int(too_high.group(1))) from None
+            if too_low := _VOCAB_TOO_LOW.search(message):
+                raise DataError(f"data.vocab_size={vocab_size} is too small for this text: it "
+                                f"needs at least {too_low.group(1)} (256 byte pieces, the "
+                                "special tokens and every character it keeps)") from None
             raise DataError(f"data.vocab_size={vocab_size}: SentencePiece could not train: "
-                            f"{str(error).splitlines()[-1]}") from None
+                            f"{message}") from None
         return cls(model.getvalue(), lowercase=lowercase)
 
     @property
@@ -100,6 +115,45 @@ class SentencePieceTokenizer:
     @classmethod
     def load(cls, path: Path, *, lowercase: bool = False) -> SentencePieceTokenizer:
         return cls(Path(path).read_bytes(), lowercase=lowercase)
+
+
+class NoText(DataError):
+    """The training text has no non-empty line to learn a vocabulary from."""
+
+
+class VocabularyTooLarge(DataError):
+    """The text supports fewer subwords than asked for."""
+
+    def __init__(self, asked: int, maximum: int) -> None:
+        super().__init__(f"data.vocab_size={asked} is more than the training text supports "
+                         f"(at most {maximum})")
+        self.asked, self.maximum = asked, maximum
+
+
+_VOCAB_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)")
+_VOCAB_TOO_HIGH = re.compile(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= "
+                             r"(\d+)")
+
+
+class _Sentences:
+    """The non-empty texts SentencePiece learns from, counted. An exception raised while reading
+    them (a corpus error naming its file and line) is kept: SentencePiece would turn it into a
+    RuntimeError of its own that names neither."""
+
+    def __init__(self, texts: Iterable[str], lowercase: bool) -> None:
+        self.texts, self.lowercase = texts, lowercase
+        self.count = 0
+        self.error: Exception | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for text in self.texts:
+                if text:
+                    self.count += bool(text.strip())
+                    yield _case(text, self.lowercase)
+        except Exception as error:
+            self.error = error
+            raise
 
 
 def _case(text: str, lowercase: bool) -> str:
@@ -228,24 +282,38 @@ class Tokenizers:
     def train(cls, pairs: Callable[[], Iterator[tuple[str, str]]], *, kind: str = "bpe",
               vocab_size: int = 8000, shared: bool = True, character_coverage: float = 0.9995,
               min_freq: int = 1, max_sentences: int = 2_000_000, seed: int = 1,
-              lowercase: bool = False) -> Tokenizers:
+              lowercase: bool = False, name: str = "the training text") -> Tokenizers:
         """Learn tokenizers from training pairs; `pairs` gives a fresh iterator on each call.
 
         kind: "bpe" or "unigram" (SentencePiece) or "word". Shared: one vocabulary learnt from
         source and target text together (the paper's shared BPE), else one per side.
         lowercase: both sides lowercase all text, here and whenever they encode.
+        A vocabulary larger than the text supports is lowered to the most it does, with a
+        warning; errors in the text are raised as they are, naming their file and line.
         """
         def texts(side: int | None) -> Iterator[str]:
             for pair in pairs():
                 yield from (pair if side is None else (pair[side],))
 
-        def learn(side: int | None) -> Tokenizer:
-            if kind == "word":
-                return WordTokenizer.train(texts(side), min_freq=min_freq, lowercase=lowercase)
-            return SentencePieceTokenizer.train(
-                texts(side), vocab_size=vocab_size, model_type=kind,
-                character_coverage=character_coverage, max_sentences=max_sentences, seed=seed,
-                lowercase=lowercase)
+        def learn(side: int | None, size: int = vocab_size) -> Tokenizer:
+            try:
+                if kind != "word":
+                    return SentencePieceTokenizer.train(
+                        texts(side), vocab_size=size, model_type=kind,
+                        character_coverage=character_coverage, max_sentences=max_sentences,
+                        seed=seed, lowercase=lowercase)
+                sentences = _Sentences(texts(side), lowercase=False)
+                tokenizer = WordTokenizer.train(sentences, min_freq=min_freq, lowercase=lowercase)
+                if sentences.count == 0:
+                    raise NoText
+                return tokenizer
+            except VocabularyTooLarge as error:  # e.g. the default 8,000 on a small corpus
+                log.warning("%s: using %d instead", error, error.maximum)
+                return learn(side, error.maximum)
+            except NoText:
+                which = {None: "", 0: " (source side)", 1: " (target side)"}[side]
+                raise NoText(f"{name}{which}: no text to learn a vocabulary from (every line is "
+                             "empty)") from None
 
         if kind not in ("bpe", "unigram", "word"):
             raise DataError(f"data.tokenizer must be 'bpe', 'unigram' or 'word', got {kind!r}")
