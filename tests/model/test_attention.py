@@ -113,6 +113,17 @@ def test_projections_are_initialised_as_torch_multihead_attention():
     assert 0.9 * out_bound < mha.out_proj.weight.abs().max() <= out_bound
 
 
+def test_qkv_init_gain_one_is_xavier_per_matrix_on_the_same_draw():
+    torch.manual_seed(3)
+    packed = MultiHeadAttention(64, 4)
+    torch.manual_seed(3)
+    per_matrix = MultiHeadAttention(64, 4, init_gain=1.0)
+    torch.testing.assert_close(per_matrix.in_proj.weight, packed.in_proj.weight * math.sqrt(2))
+    torch.testing.assert_close(per_matrix.out_proj.weight, packed.out_proj.weight)
+    bound = math.sqrt(6 / (2 * 64))  # Xavier of one (D, D) matrix
+    assert 0.9 * bound < per_matrix.in_proj.weight.abs().max() <= bound
+
+
 def test_cached_self_attention_step_by_step_equals_causal_over_the_whole_sequence():
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)

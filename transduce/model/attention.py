@@ -77,23 +77,26 @@ class MultiHeadAttention(nn.Module):
     `in_proj` rows are [W_Q; W_K; W_V], the layout of `torch.nn.MultiheadAttention`.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, *,
+                 init_gain: float = math.sqrt(0.5)) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.n_heads = n_heads
         self.dropout = dropout
+        self.init_gain = init_gain
         self.in_proj = Linear(d_model, 3 * d_model)
         self.out_proj = Linear(d_model, d_model)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # Xavier over the packed (3D, D) block, as torch.nn.MultiheadAttention and fairseq (which
-        # writes it as gain 1/sqrt(2) per matrix): with per-matrix Xavier, twice the variance, the
-        # post-norm `tiny` encoder on Multi30k collapses within 100 updates, every position's
-        # output the same vector (benchmarks/multi30k.md, attempt 9).
+        # By default Xavier over the packed (3D, D) block, as torch.nn.MultiheadAttention and
+        # fairseq (written as gain 1/sqrt(2) per matrix): with per-matrix Xavier (gain 1), twice
+        # the variance, the post-norm `tiny` encoder on Multi30k collapses within 100 updates,
+        # every position's output the same vector (benchmarks/multi30k.md, attempt 9); pre-norm
+        # trains with either, and better on Multi30k with gain 1 (attempts 2 and 10).
         for projection in self.in_proj.weight.chunk(3):
-            nn.init.xavier_uniform_(projection, gain=math.sqrt(0.5))
+            nn.init.xavier_uniform_(projection, gain=self.init_gain)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.in_proj.bias)
         nn.init.zeros_(self.out_proj.bias)

@@ -18,8 +18,8 @@ class ModelConfig:
     d_model: int = 512  # D: width of every residual stream, embedding and attention output
     n_heads: int = 8  # H: attention heads; each has Dh = D / H dimensions
     d_ff: int = 2048  # inner width of the position-wise feed-forward network
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
+    n_encoder_layers: int = 6  # N of the paper: encoder layers
+    n_decoder_layers: int = 6  # decoder layers
     dropout: float = 0.1  # residual dropout: on embeddings and on every sub-layer's output
     attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
     activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
@@ -31,8 +31,11 @@ class ModelConfig:
     norm_first: bool = False  # False: the paper's post-norm; True: pre-norm with a final LayerNorm
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocabulary)
     tie_output: bool = True  # output projection = target embedding matrix (paper section 3.4)
-    layer_norm_eps: float = 1e-5
-    pad_id: int = 1
+    qkv_init_gain: float = 2 ** -0.5  # Xavier gain of each of W_Q, W_K, W_V at initialisation:
+    #                                   1/sqrt(2) is Xavier over the three together (PyTorch's,
+    #                                   fairseq's); 1.0 Xavier per matrix (the Multi30k recipe's)
+    layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
+    pad_id: int = 1  # special token ids (every tokenizer of transduce uses these)
     bos_id: int = 2
     eos_id: int = 3
     unk_id: int = 0
@@ -49,6 +52,8 @@ class ModelConfig:
                      "target_word_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.qkv_init_gain <= 0:
+            raise ValueError(f"model.qkv_init_gain must be positive, got {self.qkv_init_gain}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"model.activation must be one of {ACTIVATIONS}, "
                              f"got {self.activation!r}")

@@ -52,7 +52,8 @@ def _residual(config: ModelConfig) -> Residual:
 
 
 def _attention(config: ModelConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
+    return MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout,
+                              init_gain=config.qkv_init_gain)
 
 
 def _feed_forward(config: ModelConfig) -> FeedForward:
