@@ -54,7 +54,7 @@ def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
         agree()
         batches = [next(stream) for _ in range(world.size)]
         tokens += sum(b.n_tgt_tokens for b in batches)
-        trainer._update(batches)
+        trainer._step(*trainer._gradients(batches))
     seconds = time.perf_counter() - start
     return {"tokens/s": tokens / seconds, "ms/update": 1000 * seconds / updates,
             **{name: 1000 * value / updates for name, value in parts.items()}}

@@ -53,3 +53,75 @@ def test_prepare_has_no_option_for_training_time_data_settings(capsys, option):
         main(["prepare", "--out", "unused", option, "1"])
     assert exit.value.code == 2
     assert f"unrecognized arguments: {option}" in capsys.readouterr().err
+
+
+def _subparsers(parser):
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import re
+
+    from transduce.cli import build_parser
+
+    for name, command in _subparsers(build_parser()).items():
+        for action in command._actions:
+            if action.dest == "help":
+                continue
+            text = re.sub(r"\(default: [^)]*\)", "", action.help or "").strip()
+            assert len(text) > 10, f"transduce {name} {action.option_strings or action.dest}"
+
+
+def test_choices_are_listed_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["prepare", "--help"])
+    assert "--tokenizer {bpe,unigram,word}" in capsys.readouterr().out
+
+
+def test_a_usage_error_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["translate", "--model", "x", "--beam", "two"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "argument --beam: invalid int value: 'two'" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--reset-optimizer"], "--reset-optimizer goes with --resume RUN_DIR"),
+    (["train", "--resume", "r", "--run-dir", "s"], "it takes no --run-dir"),
+    (["average", "nowhere"], "nowhere: no checkpoints here"),
+    (["plot", "positional", "-o", "/proc/version/pe.png"], "-o /proc/version: cannot write"),
+])
+def test_invalid_combinations_and_places_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_resuming_a_finished_run_says_how_to_go_on(tmp_path, caplog):
+    from tests.training.test_trainer import FAST
+
+    run = tmp_path / "run"
+    assert main(["train", "--run-dir", str(run), *FAST, "train.max_updates=2"]) == 0
+    caplog.clear()
+    assert main(["train", "--resume", str(run)]) == 0
+    assert (f"{run} has already reached max_updates=2: nothing to train. To go on, raise the "
+            f"limit, e.g. `transduce train --resume {run} train.max_updates=4`") in caplog.text
+
+
+def test_every_shipped_config_is_in_the_package_and_found_by_name(tmp_path):
+    from importlib import resources
+    from pathlib import Path
+
+    from transduce.cli import _config_path
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = Path(str(resources.files("transduce") / "configs"))
+    for config in (root / "configs").glob("*.yaml"):
+        assert (shipped / config.name).read_text() == config.read_text(), config.name
+        assert _config_path(config.stem) == shipped / config.name
+    assert "configs/*.yaml" in (root / "pyproject.toml").read_text()
+    assert (root / "LICENSE").read_text().startswith("MIT License")

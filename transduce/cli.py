@@ -12,15 +12,16 @@ import typing
 from pathlib import Path
 
 from transduce import __version__
-from transduce.config import load_config
-from transduce.data.config import DataConfig
+from transduce.config import field_comments, load_config
+from transduce.data.config import TOKENIZERS, DataConfig
+from transduce.data.datasets import DATASETS
 from transduce.errors import UserError
+from transduce.files import check_output_file, check_writable
 from transduce.model import PRESETS, ModelConfig, Transformer
-from transduce.training.config import DTYPES, STOPPING
+from transduce import translate_command
+from transduce.training.run_dir import holds_run
 from transduce.training.trainer import TrainingError
-
-if typing.TYPE_CHECKING:
-    from transduce.decoding.translator import Translator
+from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
 
 
 def _params(args: argparse.Namespace) -> None:
@@ -43,8 +44,13 @@ def _prepare(args: argparse.Namespace) -> None:
     if values["dataset"] is None and not (args.train_src or args.train_tsv):
         values["dataset"] = DataConfig.dataset  # the embedded default
     config = DataConfig(**values)
+    out = Path(args.out)
+    if holds_run(out) or (out / "config.yaml").is_file():
+        raise UserError(f"--out {out} is a run directory of transduce train; preparing into it "
+                        "would replace the tokenizer its model was trained with: pick another")
+    check_writable(out, what="--out")
     start = time.perf_counter()
-    data = prepare(config, Path(args.out))
+    data = prepare(config, out)
     tok = data.tokenizers
     vocab = (f"{tok.src.vocab_size:,} shared" if tok.shared
              else f"{tok.src.vocab_size:,} source / {tok.tgt.vocab_size:,} target")
@@ -63,6 +69,13 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.nproc < 1:
         raise UserError(f"--nproc must be at least 1, got {args.nproc}")
+    if not args.resume:
+        for given, name in ((args.reset_optimizer, "--reset-optimizer"),
+                            (args.reset_schedule, "--reset-schedule")):
+            if given:
+                raise UserError(f"{name} goes with --resume RUN_DIR")
+    elif args.run_dir:
+        raise UserError("--resume RUN_DIR continues that run where it is; it takes no --run-dir")
     if args.nproc > 1:
         return _launch(args.nproc, args.argv)
     if args.resume:
@@ -75,11 +88,27 @@ def _train(args: argparse.Namespace) -> int:
         if args.config and "=" in args.config and not Path(args.config).is_file():
             args.overrides.insert(0, args.config)  # no file: the defaults plus overrides
             args.config = None
-        config = load_config(Path(args.config) if args.config else None, args.overrides)
-        name = Path(args.config).stem if args.config else "run"
+        path = _config_path(args.config) if args.config else None
+        config = load_config(path, args.overrides)
+        name = path.stem if path else "run"
         trainer = Trainer(config, Path(args.run_dir or Path("runs") / name))
     trainer.train()
     return 130 if trainer.interrupted else 0
+
+
+def _config_path(name: str) -> Path:
+    """A configuration file, or one shipped with transduce named without its directory (e.g.
+    `multi30k_en_de` or `multi30k_en_de.yaml`: installed from a wheel, there is no configs/)."""
+    from importlib import resources
+
+    path = Path(name)
+    if path.is_file() or path.parent != Path("."):
+        return path
+    shipped = Path(str(resources.files("transduce") / "configs"))
+    for candidate in (shipped / name, shipped / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    return path  # load_config says it does not exist
 
 
 def _launch(nproc: int, argv: list[str]) -> int:
@@ -111,7 +140,12 @@ def _average(args: argparse.Namespace) -> None:
     from transduce.training.checkpoint import (average_checkpoints, checkpoint_dir,
                                                update_checkpoints)
 
-    paths = update_checkpoints(Path(args.run_dir))[-args.last:]
+    run_dir = Path(args.run_dir)
+    if not checkpoint_dir(run_dir).is_dir():
+        raise UserError(f"{run_dir}: no checkpoints here (is it a run directory of transduce "
+                        "train?)")
+    check_writable(checkpoint_dir(run_dir), what="run directory")
+    paths = update_checkpoints(run_dir)[-args.last:]
     if len(paths) < args.last:
         print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}",
               file=sys.stderr)
@@ -123,11 +157,13 @@ def _plot(args: argparse.Namespace) -> None:
     if args.run_dir == "positional":
         from transduce.visualize.positional import plot_positional
 
-        print(plot_positional(Path(args.output or "positional.png"), d_model=args.d_model))
+        out = check_output_file(Path(args.output or "positional.png"), what="-o")
+        print(plot_positional(out, d_model=args.d_model))
         return
     from transduce.visualize.curves import plot_training
 
-    print(plot_training(Path(args.run_dir), Path(args.output) if args.output else None))
+    out = check_output_file(Path(args.output or Path(args.run_dir) / "curves.png"), what="-o")
+    print(plot_training(Path(args.run_dir), out))
 
 
 def _quickstart(args: argparse.Namespace) -> None:
@@ -136,145 +172,31 @@ def _quickstart(args: argparse.Namespace) -> None:
     quickstart(Path(args.run_dir), args.overrides)
 
 
-def _read_input(path: str | None) -> list[str]:
-    """Lines of a file or stdin; invalid UTF-8 is an error naming the line."""
-    from transduce.data.corpus import read_lines
-
-    if path:
-        if Path(path).is_file() and Path(path).stat().st_size == 0:
-            return []
-        return list(read_lines(Path(path)))
-    lines = []
-    for n, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
-        except UnicodeDecodeError as error:
-            raise UserError(f"<stdin>:{n}: invalid UTF-8 at byte {error.start} of the line"
-                            ) from None
-    return lines
-
-
-def _search_options(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in dict(
-        beam_size=args.beam, length_penalty=args.lenpen, max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens,
-        stopping=args.stopping).items()
-        if v is not None}
-
-
-def _load_translator(args: argparse.Namespace) -> Translator:
-    from transduce.decoding.translator import Translator
-    from transduce.training.checkpoint import named_checkpoint
-
-    dirs = [Path(m) for m in args.model]
-    if args.checkpoint and len(dirs) > 1 and Path(args.checkpoint).exists():
-        raise UserError(f"--checkpoint {args.checkpoint}: with several models, name a checkpoint "
-                        "each run has (averaged, best, latest, update_0007000, ...), not a path")
-    checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
-    return Translator.load(dirs, device=args.device, dtype=args.dtype, checkpoint=checkpoints)
-
-
-def _translate(args: argparse.Namespace) -> None:
-    translator = _load_translator(args)
-    options = _search_options(args)
-    if args.sample:
-        options.update(sampling=True, temperature=args.temperature, top_k=args.top_k,
-                       top_p=args.top_p, seed=args.seed)
-    if args.interactive:
-        print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
-        for line in sys.stdin:
-            print(translator.translate([line.rstrip("\n")], **options)[0], flush=True)
-        return
-    lines = _read_input(args.input)
-    results = translator.translate_detailed(lines, nbest=args.nbest,
-                                            attention=bool(args.attention),
-                                            progress=bool(args.input) and sys.stderr.isatty(),
-                                            **options)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for n, result in enumerate(results):
-            if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
-                for text, score in result.nbest:
-                    out.write(f"{n} ||| {text} ||| {score:.4f}\n")
-            else:
-                out.write(result.text + "\n")
-    finally:
-        if args.output:
-            out.close()
-    if args.attention:
-        from transduce.visualize.attention import save_attention_maps
-
-        written = save_attention_maps(results, Path(args.attention), layer=args.layer,
-                                      heads=args.heads)
-        print(f"{written} attention maps -> {args.attention}", file=sys.stderr)
-
-
-def _evaluate(args: argparse.Namespace) -> None:
-    import sacrebleu
-
-    sources, references = _read_input(args.src), _read_input(args.ref)
-    if len(sources) != len(references):
-        raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
-                        f"has {len(references)}")
-    translator = _load_translator(args)
-    start = time.perf_counter()
-    hypotheses = translator.translate(sources, progress=sys.stderr.isatty(),
-                                      **_search_options(args))
-    seconds = time.perf_counter() - start
-    if args.output:
-        Path(args.output).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    bleu = sacrebleu.BLEU(lowercase=args.lowercase)
-    chrf = sacrebleu.CHRF(lowercase=args.lowercase)
-    print(f"{bleu.corpus_score(hypotheses, [references])}  {bleu.get_signature()}")
-    print(f"{chrf.corpus_score(hypotheses, [references])}  {chrf.get_signature()}")
-    print(f"{len(sources)} sentences in {seconds:.1f} s ({len(sources) / seconds:.1f} "
-          f"sentences/s)")
-
-
-def _add_search_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
-                        help="a run directory of transduce train; several: their ensemble (one "
-                             "tokenizer), each next token's probability the mean of theirs")
-    parser.add_argument("--checkpoint", metavar="NAME",
-                        help="which of its checkpoints (of each model's): averaged, best, latest, "
-                             "update_0007000, ... or a checkpoint's path (default: averaged, "
-                             "else best)")
-    parser.add_argument("--beam", type=int, help="beam size (1: greedy; default: decode.beam_size)")
-    parser.add_argument("--lenpen", type=float, help="length penalty alpha (GNMT)")
-    parser.add_argument("--max-len-a", type=float, help="max output = a * source length + b")
-    parser.add_argument("--max-len-b", type=int)
-    parser.add_argument("--min-len", type=int)
-    parser.add_argument("--stopping", choices=STOPPING,
-                        help="beam search ends a sentence when no live beam beats its n-best "
-                             "finished ones at its current length (early) or at any length (exact)")
-    parser.add_argument("--max-tokens", type=int, help="source tokens per batch")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default: auto)")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES,
-                        help="decode in 16 bits: faster for larger models on CPUs with bf16 "
-                             "support and on GPUs, not for tiny ones; a few translations may "
-                             "differ (default: float32)")
-
-
 def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
                         aliases: dict | None = None, defaults: dict | None = None,
-                        skip: tuple[str, ...] = ()) -> None:
+                        skip: tuple[str, ...] = (), choices: dict | None = None) -> None:
     """One --option per field of a config dataclass (but those in skip), named after it, typed
-    like it."""
+    like it, its help the comment beside the field."""
     hints = typing.get_type_hints(config_type)
+    comments = field_comments(config_type)
     for field in dataclasses.fields(config_type):
         if field.name in skip:
             continue
         flags = [f"--{field.name.replace('_', '-')}", *(aliases or {}).get(field.name, ())]
         default = (defaults or {}).get(field.name, field.default)
+        help_text = f"{comments.get(field.name, '')} (default: {default})".strip()
         kind = hints[field.name]
         if kind is bool:
             parser.add_argument(*flags, dest=field.name, action=argparse.BooleanOptionalAction,
-                                default=default)
+                                default=default, help=comments.get(field.name))
             continue
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
         convert = _or_null(base) if type(None) in typing.get_args(kind) else base
+        allowed = (choices or {}).get(field.name)
+        metavar = ("{" + ",".join("null" if c is None else c for c in allowed) + "}" if allowed
+                   else base.__name__.upper())
         parser.add_argument(*flags, dest=field.name, type=convert, default=default,
-                            metavar=base.__name__.upper(), help=f"(default: {default})")
+                            metavar=metavar, help=help_text.replace("%", "%%"), choices=allowed)
 
 
 def _or_null(convert):
@@ -285,35 +207,48 @@ def _or_null(convert):
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line that says where to find help."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="transduce", description=__doc__)
+    parser = _Parser(prog="transduce", description=__doc__)
     parser.add_argument("--version", action="version", version=f"transduce {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     params = commands.add_parser("params", help="count the parameters of a model preset")
-    params.add_argument("preset", choices=sorted(PRESETS))
-    params.add_argument("--vocab", type=int, default=37000,
+    params.add_argument("preset", choices=sorted(PRESETS), help="the model preset")
+    params.add_argument("--vocab", type=at_least(1), default=37000,
                         help="source (and shared) vocabulary size (default: 37000, WMT14 en-de)")
-    params.add_argument("--tgt-vocab", type=int, default=None,
-                        help="target vocabulary size when not shared")
+    params.add_argument("--tgt-vocab", type=at_least(1), default=None,
+                        help="target vocabulary size when not shared (default: --vocab)")
     params.set_defaults(run=_params)
 
     prepare = commands.add_parser(
         "prepare", help="learn the tokenizer and binarize the training and validation data",
         description="Learn the tokenizer and binarize the training and validation splits into "
                     "--out (each option is the data.* configuration key of the same name).")
-    prepare.add_argument("--out", required=True, help="directory for tokenizer and data")
+    prepare.add_argument("--out", required=True,
+                         help="directory for the tokenizer and the binarized data (not a run "
+                              "directory)")
     _add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
                         defaults={"dataset": None},
-                        skip=("bpe_dropout", "bidirectional_epochs"))  # training-time only
+                        skip=("bpe_dropout", "bidirectional_epochs"),  # training-time only
+                        choices={"tokenizer": TOKENIZERS, "dataset": (*DATASETS, None)})
     prepare.set_defaults(run=_prepare)
 
     train = commands.add_parser(
         "train", help="train a model (or continue a run with --resume)",
         description="Train from a YAML configuration; key=value arguments override it "
                     "(e.g. train.max_updates=1000 model.dropout=0.2).")
-    train.add_argument("config", nargs="?", help="configuration file (YAML)")
-    train.add_argument("overrides", nargs="*", metavar="section.key=value")
+    train.add_argument("config", nargs="?",
+                       help="configuration file (YAML), or the name of one shipped with "
+                            "transduce (e.g. multi30k_en_de); none: the defaults")
+    train.add_argument("overrides", nargs="*", metavar="section.key=value",
+                       help="settings over the configuration's, e.g. train.max_updates=1000")
     train.add_argument("--run-dir", help="where config, logs and checkpoints go "
                                          "(default: runs/CONFIG-NAME)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue this run exactly")
@@ -329,18 +264,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     average = commands.add_parser(
         "average", help="average the last N checkpoints of a run (the paper's final step)")
-    average.add_argument("run_dir")
-    average.add_argument("--last", type=int, default=5, help="how many (default: 5)")
+    average.add_argument("run_dir", metavar="RUN_DIR",
+                         help="a run directory of transduce train; the average goes into its "
+                              "checkpoints/averaged, which translate and evaluate then use")
+    average.add_argument("--last", type=at_least(1), default=5,
+                         help="how many of the last update checkpoints (default: 5)")
     average.set_defaults(run=_average)
 
     plot = commands.add_parser(
         "plot", help="draw a run's training curves, or the positional encoding, as a PNG",
         description="transduce plot RUN_DIR: training curves; transduce plot positional: the "
                     "sinusoidal encoding matrix and PE(p).PE(p+k) against k.")
-    plot.add_argument("run_dir", metavar="RUN_DIR|positional")
+    plot.add_argument("run_dir", metavar="RUN_DIR|positional",
+                      help="a run directory (its metrics.jsonl), or the word positional")
     plot.add_argument("-o", "--output",
-                      help="PNG file (default: RUN_DIR/curves.png, or positional.png)")
-    plot.add_argument("--d-model", type=int, default=128, help="for positional (default: 128)")
+                      help="the PNG file to write; its directory is created if missing "
+                           "(default: RUN_DIR/curves.png, or positional.png)")
+    plot.add_argument("--d-model", type=at_least(2), default=128,
+                      help="with positional: the width of the encoding drawn (default: 128)")
     plot.set_defaults(run=_plot)
 
     quick = commands.add_parser(
@@ -348,40 +289,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train the tiny model on the embedded number-words corpus (no download), "
                     "translate held-out numbers, report exact match and BLEU, draw attention. "
                     "key=value arguments override configs/quickstart.yaml.")
-    quick.add_argument("overrides", nargs="*", metavar="section.key=value")
-    quick.add_argument("--run-dir", default="runs/quickstart")
+    quick.add_argument("overrides", nargs="*", metavar="section.key=value",
+                       help="settings over configs/quickstart.yaml, e.g. train.max_updates=500")
+    quick.add_argument("--run-dir", default="runs/quickstart",
+                       help="where the run goes; run again, it goes on from there (default: "
+                            "runs/quickstart)")
     quick.set_defaults(run=_quickstart)
 
     translate = commands.add_parser(
         "translate", help="translate lines from a file or stdin",
         description="One output line per input line (an empty line gives an empty line); with "
                     "--nbest N, N lines per input in Moses format: id ||| text ||| score.")
-    _add_search_options(translate)
-    translate.add_argument("-i", "--input", help="input file (default: stdin)")
-    translate.add_argument("-o", "--output", help="output file (default: stdout)")
-    translate.add_argument("--nbest", type=int, default=1)
-    translate.add_argument("--interactive", action="store_true", help="translate as you type")
-    translate.add_argument("--sample", action="store_true", help="sample instead of searching")
-    translate.add_argument("--temperature", type=float, default=1.0)
-    translate.add_argument("--top-k", type=int, default=0)
-    translate.add_argument("--top-p", type=float, default=1.0)
-    translate.add_argument("--seed", type=int, default=None)
-    translate.add_argument("--attention", metavar="DIR",
-                           help="write one cross-attention heatmap (PNG) per sentence here")
-    translate.add_argument("--layer", type=int, default=-1,
-                           help="decoder layer of the heatmaps (default: the last)")
-    translate.add_argument("--heads", action="store_true",
-                           help="a grid of every head instead of their average")
-    translate.set_defaults(run=_translate)
+    add_translate_options(translate)
+    translate.set_defaults(run=translate_command.translate)
 
     evaluate = commands.add_parser(
-        "evaluate", help="translate a test set and score it: sacreBLEU BLEU and chrF")
-    _add_search_options(evaluate)
-    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--ref", required=True, help="reference translations")
-    evaluate.add_argument("--lowercase", action="store_true", help="case-insensitive scores")
-    evaluate.add_argument("-o", "--output", help="also write the translations here")
-    evaluate.set_defaults(run=_evaluate)
+        "evaluate", help="translate a test set and score it: sacreBLEU BLEU and chrF",
+        description="Translate --src, score against --ref with sacreBLEU (BLEU and chrF, with "
+                    "their signatures), and report the speed.")
+    add_evaluate_options(evaluate)
+    evaluate.set_defaults(run=translate_command.evaluate)
     return parser
 
 
@@ -398,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides.extend(extra)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.captureWarnings(True)  # library warnings (sacreBLEU's, PyTorch's) as log lines
     try:
         return args.run(args) or 0
     except ValueError as error:  # a user's bad value (UserError too): one line, no traceback
@@ -406,6 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingError as error:
         print(f"transduce: training stopped: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # the disk, not the program: full, read-only, gone
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"transduce: error: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ntransduce: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import inspect
 import re
 import types
 import typing
@@ -201,3 +203,25 @@ def _suggest(key: str, valid: list[str], prefix: str = "") -> str:
 
 def _plain(values: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+_FIELD_LINE = re.compile(r"^    (\w+): [^#]*?(?:#\s?(.*))?$")
+_CONTINUED = re.compile(r"^\s+#\s*(.*)$")
+
+
+@functools.cache
+def field_comments(config_type) -> dict[str, str]:
+    """The comment written beside each field of a config dataclass (continued on the `#` lines
+    below it), as one line each: the documentation of every configuration key."""
+    comments: dict[str, str] = {}
+    name = None
+    for line in inspect.getsource(config_type).splitlines():
+        if (field_line := _FIELD_LINE.match(line)) and field_line.group(1) in {
+                f.name for f in dataclasses.fields(config_type)}:
+            name = field_line.group(1)
+            comments[name] = (field_line.group(2) or "").strip()
+        elif name and (more := _CONTINUED.match(line)):
+            comments[name] = f"{comments[name]} {more.group(1).strip()}".strip()
+        else:
+            name = None
+    return comments

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import sacrebleu
 
-from transduce.config import load_config
+from transduce.config import Config, load_config
 from transduce.data.prepare import corpus
 from transduce.decoding.translator import Translator
+from transduce.errors import UserError
+from transduce.training.run_dir import holds_run
 from transduce.training.trainer import Trainer
 from transduce.visualize.attention import save_attention_maps
 
@@ -27,12 +29,34 @@ def quickstart_config_path() -> Path:
     return Path(str(resources.files("transduce") / "configs" / "quickstart.yaml"))
 
 
+def _trainer(config: Config, run_dir: Path, overrides: list[str]) -> Trainer:
+    """A new run, or, when `run_dir` holds the quickstart run of these settings already, that run
+    continued (to its end: a finished one is only evaluated again)."""
+    if not holds_run(run_dir):
+        return Trainer(config, run_dir)
+    held = load_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
+    if held == config:
+        log.info("%s holds this quickstart run already: going on from its latest checkpoint",
+                 run_dir)
+        return Trainer.resume(run_dir)
+    differences = _differences(held.to_dict(), config.to_dict()) if held else ["its config.yaml"]
+    again = " ".join(["transduce quickstart", *overrides, "--run-dir NEW_DIR"])
+    raise UserError(f"{run_dir} holds a run with other settings ({'; '.join(differences[:3])}); "
+                    f"run `{again}`, or remove {run_dir}")
+
+
+def _differences(held: dict, wanted: dict) -> list[str]:
+    return [f"{section}.{key}: {held[section].get(key)!r} there, {value!r} here"
+            for section in wanted for key, value in wanted[section].items()
+            if held.get(section, {}).get(key) != value]
+
+
 def quickstart(run_dir: Path, overrides: list[str] = (), *, examples: int = 8) -> dict:
     """Train, evaluate on the held-out test numbers, draw attention; returns the figures."""
     run_dir = Path(run_dir)
     config = load_config(quickstart_config_path(), list(overrides))
     start = time.perf_counter()
-    Trainer(config, run_dir).train()
+    _trainer(config, run_dir, overrides).train()
     train_seconds = time.perf_counter() - start
 
     translator = Translator.load(run_dir)

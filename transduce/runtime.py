@@ -58,3 +58,33 @@ def native_bf16(device) -> bool:
         return any(getattr(torch.cpu, probe, lambda: False)()
                    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
     return False
+
+
+def resolve_device(name: str, *, setting: str = "--device"):
+    """A device name as a torch.device: "auto" (a GPU when there is one, else the CPU), "cpu",
+    "cuda", "cuda:1", "mps", ...; a name PyTorch does not know, or a device this machine lacks,
+    is a `UserError` naming `setting`."""
+    import torch
+
+    from transduce.errors import UserError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"{setting}: {name!r} is not a device; use auto, cpu, cuda or cuda:N"
+                        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this PyTorch is built without CUDA" if not torch.backends.cuda.is_built()
+                   else "no GPU is visible")
+            raise UserError(f"{setting}: {name}, but {why}; use cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(f"{setting}: {name}, but this machine has {torch.cuda.device_count()} "
+                            f"GPU(s), numbered from 0")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"{setting}: {name}, but MPS is not available here; use cpu or auto")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"{setting}: {name}, but transduce runs on cpu, cuda or mps")
+    return device

@@ -140,7 +140,8 @@ def test_not_a_model_directory_is_a_clear_error(tmp_path):
 def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
     from safetensors.torch import load_file
 
-    from transduce.cli import _load_translator, build_parser
+    from transduce.cli import build_parser
+    from transduce.translate_command import load_translator
     from transduce.training import checkpoint as ckpt
 
     run = tmp_path / "run"
@@ -149,7 +150,7 @@ def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
     for name in ("update_0000002", "update_0000004"):
         args = build_parser().parse_args(["translate", "--model", str(run), "--checkpoint", name])
         weights = load_file(str(ckpt.checkpoint_dir(run) / name / ckpt.WEIGHTS))
-        state = _load_translator(args).model.state_dict()
+        state = load_translator(args).model.state_dict()
         for key, tensor in weights.items():
             assert torch.equal(state[key], tensor), (name, key)
     assert main(["translate", "--model", str(run), "--checkpoint", "update_0000003"]) == 2

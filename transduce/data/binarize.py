@@ -26,6 +26,7 @@ import numpy as np
 
 from transduce.data.corpus import SkipCounts
 from transduce.data.tokenizer import Tokenizers
+from transduce.files import make_public
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
         return cached
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is not
+    make_public(tmp)  # mkdtemp makes it private; the cache is not
     try:
         _build(corpus, tokenizers, pair_filter, tmp, key, chunk_pairs)
         if directory.exists():

@@ -17,14 +17,14 @@ class DataConfig:
     dataset: str | None = "numbers"  # a known corpus ("multi30k", "numbers"); None: use paths
     dir: str | None = None  # local copy of a known dataset (else it is downloaded)
     cache_dir: str | None = None  # downloads; default $TRANSDUCE_CACHE or ~/.cache/transduce
-    src_lang: str = "en"
-    tgt_lang: str = "de"
+    src_lang: str = "en"  # source language code (a known dataset's file suffix)
+    tgt_lang: str = "de"  # target language code
     train_src: str | None = None  # aligned text files (plain or .gz) instead of a dataset
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
+    train_tgt: str | None = None  # ... the target side of train_src
+    valid_src: str | None = None  # validation source file (none: no validation)
+    valid_tgt: str | None = None  # ... its target side
     train_tsv: str | None = None  # or one source<TAB>target file per split
-    valid_tsv: str | None = None
+    valid_tsv: str | None = None  # validation pairs as one source<TAB>target file
     tokenizer: str = "bpe"  # "bpe" or "unigram" (SentencePiece), or "word"
     vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
     shared_vocab: bool = True  # one vocabulary learnt from both sides (the paper's)
@@ -37,7 +37,8 @@ class DataConfig:
     #                          (the usual Multi30k preprocessing): outputs are lowercase
     min_freq: int = 1  # word tokenizer: drop words seen fewer times
     max_length: int = 256  # training pairs with a longer side (in tokens) are skipped
-    max_length_ratio: float = 3.0  # ... and those whose longer side is this many times longer
+    max_length_ratio: float = 3.0  # ... and those whose longer side is more than this many
+    #                                times the shorter one
     max_tokens: int = 4096  # padded tokens per batch, B x max(S, T)
     numbers_train_size: int = 50_000  # number-words corpus: training pairs
     numbers_max: int = 999_999  # number-words corpus: largest number

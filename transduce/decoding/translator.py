@@ -18,7 +18,7 @@ from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.greedy import greedy_search, sample
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
-from transduce.runtime import native_bf16
+from transduce.runtime import native_bf16, resolve_device
 from transduce.training import checkpoint as ckpt
 from transduce.training.config import DTYPES, DecodeConfig
 
@@ -84,9 +84,7 @@ class Translator:
                                 "ensemble need one vocabulary")
         models = [model for model, _, _ in loaded]
         model = models[0] if len(models) == 1 else Ensemble(models)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        device = torch.device(device)
+        device = resolve_device(str(device), setting="device")
         if dtype == "bfloat16" and not native_bf16(device):
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
                         "GPU), so it is emulated and decoding runs slower than in float32",
@@ -103,8 +101,11 @@ class Translator:
         model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
                                             shared_vocab=tokenizers.shared)
         model = Transformer(model_config)
-        ckpt.load_weights(model, Path(checkpoint) if checkpoint else
-                          ckpt.model_checkpoint(model_dir))
+        weights = Path(checkpoint) if checkpoint else ckpt.model_checkpoint(model_dir)
+        ckpt.load_weights(model, weights)
+        log.info("%s: %s", model_dir, ckpt.describe(model_dir, weights))
+        if warning := ckpt.stale_average(model_dir, weights):
+            log.warning("%s", warning)
         return model, config.decode, tokenizers
 
     @property
@@ -136,6 +137,9 @@ class Translator:
             max_len_b=max_len_b, min_len=min_len, max_tokens=max_tokens,
             length_normalization=length_normalization, stopping=stopping).items()
             if v is not None})
+        if nbest < 1 or (nbest > decode.beam_size and not sampling) or (nbest > 1 and sampling):
+            raise UserError(f"nbest={nbest}: between 1 and the beam size ({decode.beam_size}); "
+                            "sampling draws 1")
         sentences = list(sentences)
         sources = [self._encode_source(s, i) for i, s in enumerate(sentences)]
         forced = ([self.tokenizers.tgt.encode(p) if p else [] for p in prefixes]
@@ -161,7 +165,7 @@ class Translator:
                 outputs = [[Hypothesis(0.0, 0.0, tuple(o))] for o in
                            greedy_search(self.model, src, **kw)]
             else:
-                outputs = beam_search(self.model, src, beam_size=max(decode.beam_size, nbest),
+                outputs = beam_search(self.model, src, beam_size=decode.beam_size,
                                       length_penalty_alpha=decode.length_penalty, nbest=nbest,
                                       length_normalization=decode.length_normalization,
                                       stopping=decode.stopping, **kw)

@@ -14,12 +14,17 @@ import tempfile
 from pathlib import Path
 
 from transduce.data.tokenizer import Tokenizers
+from transduce.errors import UserError
 from transduce.export.marian import huggingface_types, save_huggingface
 from transduce.model.transformer import Transformer
 
 
 def _loader(architecture: str, pre_norm: bool):
-    from ctranslate2.converters import transformers as ct2
+    try:
+        from ctranslate2.converters import transformers as ct2
+    except ImportError:
+        raise UserError("exporting to CTranslate2 needs ctranslate2 and transformers, optional "
+                        "dependencies: pip install 'transduce[export]'") from None
 
     class OurLoader(ct2.MarianMTLoader):
         @property

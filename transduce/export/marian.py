@@ -39,7 +39,11 @@ def _check(model: Transformer) -> None:
 
 def huggingface_types(model: Transformer) -> tuple[type, type]:
     """(config class, model class): Marian for post-norm, Pegasus for pre-norm."""
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        raise UserError("exporting needs Hugging Face transformers, an optional dependency: "
+                        "pip install 'transduce[export]'") from None
 
     if model.config.norm_first:
         return transformers.PegasusConfig, transformers.PegasusForConditionalGeneration

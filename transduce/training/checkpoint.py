@@ -11,40 +11,28 @@ after it exists. Old update checkpoints beyond the last K are removed (never the
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from transduce.errors import UserError
+from transduce.files import fsync_dir, make_public, write_atomically
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+AVERAGED = "averaged_from"  # metadata of an averaged checkpoint: the names averaged
+
+log = logging.getLogger(__name__)
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -63,9 +51,42 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
     save_file(model_state(model), str(path))
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> None:
-    """Load weights saved by `save_weights`; a key left out must be tied to a loaded one."""
-    state = load_file(str(path))
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file; a missing, truncated or foreign file is a `UserError`
+    naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such weights file")
+    try:
+        return load_file(str(path))
+    except Exception as error:  # safetensors raises its own SafetensorError
+        raise UserError(f"{path}: damaged, or not a weights file ({_first_line(error)})"
+                        ) from None
+
+
+def read_state(path: Path) -> dict:
+    """A checkpoint's training state (optimiser, progress, RNG); damaged is a `UserError`."""
+    try:
+        state = torch.load(path, weights_only=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except Exception as error:  # truncated zip, empty file, foreign pickle
+        raise UserError(f"{path}: damaged ({_first_line(error)})") from None
+    if not isinstance(state, dict) or "progress" not in state:
+        raise UserError(f"{path}: not the state of a transduce checkpoint")
+    return state
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def load_weights(model: torch.nn.Module, path: Path,
+                 state: dict[str, torch.Tensor] | None = None) -> None:
+    """Load weights saved by `save_weights` (read from `path`, unless `state` holds them); a key
+    left out must be tied to a loaded one."""
+    state = read_weights(path) if state is None else state
     missing, unexpected = model.load_state_dict(state, strict=False)
     params = model.state_dict()
     loaded = {params[k].data_ptr() for k in state if k in params}
@@ -75,6 +96,25 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
                         f"unexpected {unexpected})")
 
 
+def newest_intact(run_dir: Path) -> tuple[Path, dict, dict] | None:
+    """The newest update checkpoint whose weights and state both read, with them: (directory,
+    weights, state). A damaged one (a truncated file, a disk that filled up) is passed over
+    with a warning naming it, so a run resumes from the one before."""
+    root = checkpoint_dir(run_dir)
+    latest = _pointer(root, "latest")
+    names = sorted((p.name for p in root.glob("update_*") if p.is_dir()), reverse=True)
+    if latest in names:  # the pointer first: it names the last checkpoint written whole
+        names.remove(latest)
+        names.insert(0, latest)
+    for name in names:
+        try:
+            return (root / name, read_weights(root / name / WEIGHTS),
+                    read_state(root / name / STATE))
+        except UserError as error:
+            log.warning("%s; trying the checkpoint before it", error)
+    return None
+
+
 def save_checkpoint(run_dir: Path, name: str, model: torch.nn.Module, state: dict, *,
                     best: bool = False, keep: int = 3) -> Path:
     """Write checkpoint `name` atomically, point `latest` (and `best`) at it, prune old ones."""
@@ -82,22 +122,24 @@ def save_checkpoint(run_dir: Path, name: str, model: torch.nn.Module, state: dic
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}."))
+    make_public(tmp)
     try:
         save_weights(model, tmp / WEIGHTS)
         torch.save(state, tmp / STATE)
         for file in (WEIGHTS, STATE):
+            make_public(tmp / file)  # safetensors writes 0600
             with open(tmp / file, "rb") as f:
                 os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if final.exists():  # the same update saved again (e.g. after a resume): replace it
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _write_atomically(root / "latest", name + "\n")
+    write_atomically(root / "latest", name + "\n")
     if best:
-        _write_atomically(root / "best", name + "\n")
+        write_atomically(root / "best", name + "\n")
     _prune(root, keep)
     return final
 
@@ -144,6 +186,44 @@ def model_checkpoint(run_dir: Path) -> Path:
     raise UserError(f"{run_dir}: no checkpoint here (is it a run directory of transduce train?)")
 
 
+def describe(run_dir: Path, weights: Path) -> str:
+    """Which checkpoint of a run `weights` is, in words."""
+    weights = Path(weights)
+    if not _is_averaged(run_dir, weights):
+        return f"checkpoint {weights.parent.name} ({weights})"
+    names = averaged_from(weights)
+    return f"checkpoint averaged ({weights}" + (
+        f": the mean of {names[0]} .. {names[-1]}, {len(names)} checkpoints)" if names else ")")
+
+
+def stale_average(run_dir: Path, weights: Path) -> str | None:
+    """A warning when `weights` is the run's average and the run has trained on since
+    `transduce average` made it."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None or not _is_averaged(run_dir, weights):
+        return None
+    names = averaged_from(weights)
+    if names[-1:] >= [latest.name] or (not names and latest.stat().st_mtime <=
+                                       Path(weights).stat().st_mtime):
+        return None
+    return (f"{run_dir}: its averaged checkpoint is older than its latest, {latest.name} (it "
+            f"trained on after `transduce average`): average again, or pass --checkpoint latest")
+
+
+def _is_averaged(run_dir: Path, weights: Path) -> bool:
+    return Path(weights).parent.resolve() == (checkpoint_dir(run_dir) / "averaged").resolve()
+
+
+def averaged_from(weights: Path) -> list[str]:
+    """The checkpoints an averaged weights file is the mean of (empty if not recorded)."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            names = (f.metadata() or {}).get(AVERAGED, "")
+    except Exception:  # damaged: reading the weights will say so
+        return []
+    return sorted(n for n in names.split(",") if n)
+
+
 def named_checkpoint(run_dir: Path, name: str) -> Path:
     """The weights of checkpoint `name` of a run ("averaged", "best", "latest",
     "update_0007000", ...), or of `name` itself when it is a checkpoint directory or file."""
@@ -179,7 +259,10 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
     out_dir = Path(out_dir)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    save_file(averaged, str(tmp / WEIGHTS))
+    make_public(tmp)
+    save_file(averaged, str(tmp / WEIGHTS), metadata={AVERAGED: ",".join(Path(p).name
+                                                                         for p in paths)})
+    make_public(tmp / WEIGHTS)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)

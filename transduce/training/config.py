@@ -23,12 +23,12 @@ class TrainConfig:
     lr: float = 5e-4  # peak learning rate (inverse_sqrt, cosine, constant)
     lr_scale: float = 1.0  # noam: multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     warmup: int = 4000  # updates of linear warm-up
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
+    adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam's beta1, beta2 (the paper's)
+    adam_eps: float = 1e-9  # Adam's epsilon (the paper's)
     weight_decay: float = 0.0  # decoupled (AdamW) when > 0
     clip_norm: float = 0.0  # clip the gradient norm to this (0: no clipping)
     accumulate: int = 1  # update every k batches (a k times larger effective batch)
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.1  # epsilon_ls of the paper: weight spread over the vocabulary
     rdrop_alpha: float = 0.0  # R-Drop: each batch runs twice, the loss adds alpha x the KL
     #                           between the two predictions (0: off); data.max_tokens is per pass
     precision: str = "fp32"  # "fp32", "bf16" (autocast, CPU or GPU), "fp16" (GPU, scaled) or
@@ -93,7 +93,7 @@ class DecodeConfig:
     # could beat it even at the maximum length (provably the best under the length penalty)
     stopping: str = "early"  # one of STOPPING
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
-    max_len_b: int = 50
+    max_len_b: int = 50  # ... (b of the limit above)
     min_len: int = 1  # tokens before <eos> is allowed
     max_tokens: int = 8192  # source tokens per translation batch
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transduce.config import Config, load_config
 from transduce.data.batching import Batch, TokenBatches, collate
@@ -22,10 +20,14 @@ from transduce.data.prepare import PreparedData, prepare
 from transduce.data.sampling import BpeDropout
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
+from transduce.files import check_writable
 from transduce.model.transformer import Transformer
-from transduce.runtime import native_bf16
+from transduce.runtime import native_bf16, resolve_device
 from transduce.training import checkpoint as ckpt
 from transduce.training.distributed import World
+from transduce.training.interrupts import Abandon, Interrupts
+from transduce.training.records import NoRecords, Records
+from transduce.training.run_dir import NewRun
 from transduce.training import schedule
 from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
 from transduce.training.validate import Validation, validate
@@ -51,6 +53,7 @@ class Progress:
     skipped_updates: int = 0  # non-finite losses skipped, in all
     tokens: int = 0  # target tokens trained on
     history: list = field(default_factory=list)  # validation results
+    window: dict = field(default_factory=lambda: _empty_window())  # since the last log line
 
 
 class Trainer:
@@ -63,11 +66,31 @@ class Trainer:
     """
 
     def __init__(self, config: Config, run_dir: Path, *, data: PreparedData | None = None,
-                 tokenizers: Tokenizers | None = None) -> None:
+                 tokenizers: Tokenizers | None = None, new_run: bool = True) -> None:
+        """new_run: False when `run_dir` holds this run already (`Trainer.resume`); a new run
+        refuses, before writing anything, a directory that is not empty, and takes away what
+        it made if it fails before its first checkpoint."""
         self.config = config
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.world = World.from_env()
+        self.device = _device(config.train.device, self.world)
+        if config.train.precision == "fp16" and self.device.type != "cuda":
+            raise UserError("train.precision=fp16 needs a GPU; use auto or bf16 on CPU")
+        self._new_run = None
+        if new_run and self.world.main:
+            self._new_run = NewRun(self.run_dir)  # refuses here, before anything is written
+        elif self.world.main:
+            check_writable(self.run_dir, what="run directory")
+        try:
+            self._setup(data, tokenizers)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _setup(self, data: PreparedData | None, tokenizers: Tokenizers | None) -> None:
+        config = self.config
+        self.world.start(self.device)
+        self.world.barrier()  # every process has checked the directory before it is written
         if self.world.main:
             self._log_to_file()
         else:  # the main process reports for all
@@ -75,8 +98,6 @@ class Trainer:
         train = config.train
         if train.threads:
             torch.set_num_threads(train.threads)
-        self.device = _device(train.device, self.world)
-        self.world.start(self.device)
         self.precision = _precision(train.precision, self.device)
         torch.manual_seed(train.seed)
         with self.world.main_first():  # the main process prepares the data, the others reuse it
@@ -84,6 +105,7 @@ class Trainer:
                 tokenizers = tokenizers or Tokenizers.load(self.run_dir)
             self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
                                         max_positions=config.model.max_positions)
+        _check_not_empty(self.data)
         tok = self.data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)
@@ -93,8 +115,6 @@ class Trainer:
                                         betas=train.adam_betas, eps=train.adam_eps,
                                         weight_decay=train.weight_decay)
         self.scaler = torch.amp.GradScaler(enabled=self.precision == "fp16")
-        if self.precision == "fp16" and self.device.type != "cuda":
-            raise UserError("train.precision=fp16 needs a GPU; use auto or bf16 on CPU")
         self.batches = TokenBatches.of(self.data.train, config.data.max_tokens, seed=train.seed)
         self.bpe_dropout = None
         if config.data.bpe_dropout:
@@ -103,7 +123,7 @@ class Trainer:
                                           max_length=self.data.max_length)
         self.progress = Progress()
         self._references = None
-        self._stop_signal: int | None = None
+        self._interrupts = Interrupts()
         self._consecutive_bad = 0
         self._resumed = False
         self._epoch: tuple = (None, None, None)  # (epoch, its training pairs, its batches)
@@ -115,12 +135,18 @@ class Trainer:
                reset_schedule: bool = False) -> Trainer:
         """Continue a run from its latest checkpoint (overrides may e.g. raise max_updates)."""
         run_dir = Path(run_dir)
-        latest = ckpt.latest_checkpoint(run_dir)
-        if latest is None:
+        found = ckpt.newest_intact(run_dir)
+        if found is None:
+            if ckpt.update_checkpoints(run_dir) or ckpt.latest_checkpoint(run_dir):
+                raise UserError(f"{run_dir}: every checkpoint is damaged; nothing to resume")
             raise UserError(f"{run_dir}: no checkpoint to resume from")
+        path, weights, state = found
+        if path.name != (ckpt.latest_checkpoint(run_dir) or path).name:
+            log.warning("resuming from %s, the newest intact checkpoint", path)
         config = load_config(run_dir / "config.yaml", overrides)
-        trainer = cls(config, run_dir, tokenizers=Tokenizers.load(run_dir))
-        trainer._load(latest, reset_optimizer=reset_optimizer, reset_schedule=reset_schedule)
+        trainer = cls(config, run_dir, tokenizers=Tokenizers.load(run_dir), new_run=False)
+        trainer._load(path, weights, state, reset_optimizer=reset_optimizer,
+                      reset_schedule=reset_schedule)
         trainer._resumed = True
         if overrides:
             config.save(run_dir / "config.yaml")
@@ -129,13 +155,20 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
 
     def train(self) -> Progress:
+        try:
+            return self._train()
+        except BaseException:
+            self._discard()  # a new run that failed before its first checkpoint leaves nothing
+            raise
+
+    def _discard(self) -> None:
+        if self._new_run is not None:
+            self._new_run.discard()
+
+    def _train(self) -> Progress:
         cfg = self.config.train
         p = self.progress
         if not self._resumed:
-            if ckpt.latest_checkpoint(self.run_dir) is not None:
-                raise UserError(f"{self.run_dir} already holds a run; continue it with "
-                                f"`transduce train --resume {self.run_dir}` or pick another "
-                                "--run-dir")
             if self.world.main:
                 self.config.save(self.run_dir / "config.yaml")
             c = self.model_config
@@ -147,47 +180,50 @@ class Trainer:
                 log.info("data parallel: %d processes on %s, %d batches of %d tokens each per "
                          "update", self.world.size, self.device.type,
                          self.world.size * cfg.accumulate, self.config.data.max_tokens)
-        writer = _tensorboard(self.run_dir / "tensorboard") if self.world.main else _NoWriter()
+        elif (reason := self._should_stop()) is not None:
+            self._nothing_to_do(reason)
+            return p
+        records = (Records(self.run_dir, resume_at=p.update if self._resumed else None)
+                   if self.world.main else NoRecords())
         bar = tqdm(total=cfg.max_updates or None, initial=p.update, unit="upd",
                    dynamic_ncols=True, disable=None if self.world.main else True)
-        window = {"loss": 0.0, "tokens": 0, "time": 0.0, "updates": 0}
         reason = "done"
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-            for s in previous:
-                signal.signal(s, self._on_signal)
         started, elapsed_before = time.perf_counter(), p.elapsed
+        time_left = cfg.max_time - elapsed_before if cfg.max_time else None
+        self._interrupts = Interrupts(time_left, may_abandon=self.world.size == 1)
         try:
-            self.model.train()
-            batches = self._batch_stream()
-            while True:
-                p.elapsed = elapsed_before + time.perf_counter() - started  # wall clock
-                reason = self._agreed_stop()
-                if reason:
-                    break
-                start = time.perf_counter()
-                loss, tokens = self._update([next(batches)
-                                             for _ in range(cfg.accumulate * self.world.size)])
-                took = time.perf_counter() - start
-                if loss is None:
-                    continue
-                window["loss"] += loss
-                window["tokens"] += tokens
-                window["time"] += took
-                window["updates"] += 1
-                bar.update(1)
-                if p.update % cfg.log_every == 0 or p.update == 1:
-                    self._report(window, bar, writer)
-                if cfg.validate_every and p.update % cfg.validate_every == 0:
-                    if self._validate_and_save(writer):
-                        reason = "early stopping"
+            with self._interrupts, _log_above(bar):
+                self.model.train()
+                batches = self._batch_stream()
+                while True:
+                    p.elapsed = elapsed_before + time.perf_counter() - started  # wall clock
+                    reason = self._agreed_stop()
+                    if reason:
                         break
-                elif cfg.save_every and p.update % cfg.save_every == 0:
-                    self._save(best=False)
+                    before = self._position()
+                    start = time.perf_counter()
+                    try:
+                        with self._interrupts.abandonable():
+                            loss, tokens = self._gradients(
+                                [next(batches) for _ in range(cfg.accumulate * self.world.size)])
+                    except Abandon:  # stopping: as if the update had never begun
+                        self._restore(before)
+                        batches = self._batch_stream()
+                        continue
+                    loss = self._step(loss, tokens)
+                    if loss is None:
+                        continue
+                    self._count(loss, tokens, time.perf_counter() - start)
+                    bar.update(1)
+                    if p.update % cfg.log_every == 0 or p.update == 1:
+                        self._report(bar, records)
+                    if cfg.validate_every and p.update % cfg.validate_every == 0:
+                        if self._validate_and_save(records):
+                            reason = "early stopping"
+                            break
+                    elif cfg.save_every and p.update % cfg.save_every == 0:
+                        self._save(best=False)
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             bar.close()
         p.elapsed = elapsed_before + time.perf_counter() - started
         if reason == "interrupted":
@@ -196,11 +232,36 @@ class Trainer:
                      "%s`", self._checkpoint_name(), self.run_dir)
         elif reason != "early stopping" and not self.world.from_main(
                 bool(p.history) and p.history[-1]["update"] == p.update):  # not just validated
-            self._validate_and_save(writer)
-        writer.close()
+            self._validate_and_save(records)
+        records.close()
         self._summary(reason)
         self.world.barrier()  # all done: none exits while another still needs it
         return p
+
+    def _nothing_to_do(self, reason: str) -> None:
+        """A resumed run that has already reached its limit: say how to go on."""
+        cfg = self.config.train
+        key, more = {"max_updates": ("train.max_updates", cfg.max_updates * 2),
+                     "max_time": ("train.max_time", f"{cfg.max_time * 2:g}"),
+                     "max_epochs": ("train.max_epochs", cfg.max_epochs * 2)
+                     }[reason.split("=")[0].removeprefix("reached ")]
+        log.info("%s has already %s: nothing to train. To go on, raise the limit, e.g. "
+                 "`transduce train --resume %s %s=%s`", self.run_dir, reason, self.run_dir, key,
+                 more)
+
+    def _position(self) -> tuple:
+        """What an update changes before it changes the weights: data position, random state."""
+        p = self.progress
+        cuda = torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None
+        return p.epoch, p.batch_in_epoch, torch.get_rng_state(), cuda
+
+    def _restore(self, position: tuple) -> None:
+        p = self.progress
+        p.epoch, p.batch_in_epoch, cpu, cuda = position
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _agreed_stop(self) -> str | None:
         """Why to stop now, if so: one process's reason (a signal, its clock) stops them all."""
@@ -237,15 +298,19 @@ class Trainer:
             self._epoch = (epoch, pairs, batches.epoch(epoch))
         return self._epoch[1:]
 
-    def _update(self, batches: list[Batch]) -> tuple[float | None, int]:
-        """One optimiser update from k batches; the loss is normalised by their target tokens
-        together, so k batches equal one batch k times larger. With several processes each
-        backpropagates its share of the batches, and the gradients are summed."""
-        cfg, p = self.config.train, self.progress
+    def _gradients(self, batches: list[Batch]) -> tuple[float, int]:
+        """The gradients of one update from k batches, the loss normalised by their target
+        tokens together, so k batches equal one batch k times larger. With several processes
+        each backpropagates its share of the batches, and the gradients are summed. Returns the
+        summed loss and the target tokens."""
         tokens = sum(b.n_tgt_tokens for b in batches)
         world = self.world
         total, _ = self.accumulate_gradients(batches[world.rank::world.size], tokens=tokens)
-        total = world.sum_gradients(self.model.parameters(), total)
+        return world.sum_gradients(self.model.parameters(), total), tokens
+
+    def _step(self, total: float, tokens: int) -> float | None:
+        """The optimiser step on the gradients; the loss per token, or None when skipped."""
+        cfg, p = self.config.train, self.progress
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                               cfg.clip_norm or float("inf"))
@@ -259,7 +324,15 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return total / tokens, tokens
+        return total / tokens
+
+    def _count(self, loss: float, tokens: int, seconds: float) -> None:
+        """Add an update to the window the next log line averages over."""
+        w = self.progress.window
+        w["loss"] += loss
+        w["tokens"] += tokens
+        w["time"] += seconds
+        w["updates"] += 1
 
     def accumulate_gradients(self, batches: list[Batch], *,
                              tokens: int | None = None) -> tuple[float, int]:
@@ -285,12 +358,12 @@ class Trainer:
             total += loss.item()
         return total, tokens
 
-    def _skip(self, loss: float, norm) -> tuple[None, int]:
+    def _skip(self, loss: float, norm) -> None:
         p = self.progress
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler.is_enabled():  # fp16 overflow: the scaler lowers its scale and retries
             self.scaler.update()
-            return None, 0
+            return None
         p.skipped_updates += 1
         self._consecutive_bad += 1
         log.warning("update %d skipped: loss %s, gradient norm %s", p.update + 1, loss,
@@ -301,7 +374,7 @@ class Trainer:
                 f"the loss was not finite {self._consecutive_bad} updates in a row (after update "
                 f"{p.update}); stopping. Last good checkpoint: {last or 'none yet'}. Try a lower "
                 "train.lr, a longer train.warmup or train.clip_norm")
-        return None, 0
+        return None
 
     def learning_rate(self, update: int) -> float:
         cfg = self.config.train
@@ -317,11 +390,11 @@ class Trainer:
 
     def _should_stop(self) -> str | None:
         cfg, p = self.config.train, self.progress
-        if self._stop_signal is not None:
+        if self._interrupts.signal is not None:
             return "interrupted"
         if cfg.max_updates and p.update >= cfg.max_updates:
             return f"reached max_updates={cfg.max_updates}"
-        if cfg.max_time and p.elapsed >= cfg.max_time:
+        if cfg.max_time and (p.elapsed >= cfg.max_time or self._interrupts.time_up):
             return f"reached max_time={cfg.max_time:g}s"
         if cfg.max_epochs and self._epochs_done() >= cfg.max_epochs:
             return f"reached max_epochs={cfg.max_epochs}"
@@ -334,13 +407,7 @@ class Trainer:
     @property
     def interrupted(self) -> bool:
         """Whether Ctrl-C or SIGTERM ended the last `train()` (with a checkpoint)."""
-        return self._stop_signal is not None
-
-    def _on_signal(self, signum, frame) -> None:
-        if self._stop_signal is not None:  # a second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self._stop_signal = signum
-        log.warning("stopping after this update (signal %d); press Ctrl-C again to abort", signum)
+        return self._interrupts.signal is not None
 
     def _autocast(self):
         if self.precision == "fp32":
@@ -369,7 +436,7 @@ class Trainer:
                                 if i in keep]
         return self._references
 
-    def _validate_and_save(self, writer) -> bool:
+    def _validate_and_save(self, records: Records | NoRecords) -> bool:
         """Validate, checkpoint (marking the best), and say whether to stop early. With several
         processes the main one validates and decides for all."""
         p, cfg = self.progress, self.config.train
@@ -388,7 +455,7 @@ class Trainer:
                       "valid_ppl": result.perplexity, "valid_bleu": result.bleu,
                       "valid_chrf": result.chrf, "valid_exact": result.exact}
             p.history.append(record)
-            self._metrics(record, writer, prefix="valid")
+            records.write(record, split="valid")
             scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, exact "
                       f"{result.exact:.1%}" if result.bleu is not None else "")
             log.info("update %d: valid loss %.3f, ppl %.2f%s%s", p.update, result.loss,
@@ -415,9 +482,9 @@ class Trainer:
                                  best=best, keep=self.config.train.keep_checkpoints)
         self.world.barrier()
 
-    def _load(self, path: Path, *, reset_optimizer: bool, reset_schedule: bool) -> None:
-        ckpt.load_weights(self.model, path / ckpt.WEIGHTS)
-        state = torch.load(path / ckpt.STATE, weights_only=False)
+    def _load(self, path: Path, weights: dict, state: dict, *, reset_optimizer: bool,
+              reset_schedule: bool) -> None:
+        ckpt.load_weights(self.model, path / ckpt.WEIGHTS, weights)
         self.progress = Progress(**state["progress"])
         if not reset_optimizer:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -437,30 +504,24 @@ class Trainer:
             self.progress.elapsed = 0.0
         log.info("resumed from %s at update %d", path, self.progress.update)
 
-    def _report(self, window: dict, bar, writer) -> None:
-        p = self.progress
+    def _report(self, bar, records: Records | NoRecords) -> None:
+        p, window = self.progress, self.progress.window
         loss = window["loss"] / max(window["updates"], 1)
         speed = window["tokens"] / max(window["time"], 1e-9)
         lr = self.optimizer.param_groups[0]["lr"]
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}", refresh=False)
         log.info("update %d: loss %.3f, lr %.3e, %s target tokens/s, epoch %d, %.0f s", p.update,
                  loss, lr, f"{speed:,.0f}", p.epoch + 1, p.elapsed)
-        self._metrics({"update": p.update, "train_loss": loss, "lr": lr, "tokens_per_s": speed,
-                       "elapsed": p.elapsed}, writer, prefix="train")
-        window.update(loss=0.0, tokens=0, time=0.0, updates=0)
-
-    def _metrics(self, record: dict, writer, prefix: str) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({"split": prefix, **record}) + "\n")
-        for key, value in record.items():
-            if key != "update" and value is not None:
-                writer.add_scalar(f"{prefix}/{key}", value, record["update"])
+        records.write({"update": p.update, "train_loss": loss, "lr": lr, "tokens_per_s": speed,
+                       "elapsed": p.elapsed}, split="train")
+        p.window = _empty_window()
 
     def _summary(self, reason: str) -> None:
         p = self.progress
         best = f", best valid BLEU {p.best_bleu:.2f}" if p.best_bleu is not None else ""
-        log.info("stopped (%s) after %d updates, %d epochs, %.0f s, %s target tokens/s on "
-                 "average%s; checkpoints in %s", reason, p.update, p.epoch, p.elapsed,
+        epochs = p.epoch + p.batch_in_epoch / max(len(self._epoch_data(p.epoch)[1]), 1)
+        log.info("stopped (%s) after %d updates, %.2f epochs, %.0f s, %s target tokens/s on "
+                 "average%s; checkpoints in %s", reason, p.update, epochs, p.elapsed,
                  f"{p.tokens / max(p.elapsed, 1e-9):,.0f}", best, ckpt.checkpoint_dir(self.run_dir))
 
     def _log_to_file(self) -> None:
@@ -478,14 +539,10 @@ def _rng_state() -> dict:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
-def _device(name: str, world: World = World()) -> torch.device:
+def _device(name: str, world: World) -> torch.device:
     """train.device as a torch.device; with several processes on a machine each has its own
     GPU (the one of its local rank)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"train.device={name}: no GPU is available; use cpu or auto")
+    device = resolve_device(name, setting="train.device")
     if device.type == "cuda" and world.size > 1:
         if device.index is not None:
             raise UserError(f"train.device={name}: with several training processes each takes "
@@ -512,20 +569,26 @@ def _precision(name: str, device: torch.device) -> str:
     return name
 
 
-class _NoWriter:
-    def add_scalar(self, *args, **kwargs) -> None:
-        pass
+def _log_above(bar):
+    """Log lines printed above the progress bar instead of through it (when they go to the
+    terminal at all)."""
+    console = [h for h in logging.getLogger().handlers
+               if type(h) is logging.StreamHandler and getattr(h.stream, "isatty", bool)()]
+    return logging_redirect_tqdm() if console and not bar.disable else contextlib.nullcontext()
 
-    def close(self) -> None:
-        pass
+
+def _empty_window() -> dict:
+    return {"loss": 0.0, "tokens": 0, "time": 0.0, "updates": 0}
 
 
-def _tensorboard(directory: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard not installed: metrics.jsonl and train.log still have it all
-        return _NoWriter()
-    return SummaryWriter(str(directory))
+def _check_not_empty(data: PreparedData) -> None:
+    """Training needs pairs, and validation, when it has a split, needs some too: otherwise a
+    clear error now instead of a loop that never finds a batch."""
+    for name, what, split in (("train", "training", data.train),
+                              ("valid", "validation", data.valid)):
+        if split is not None and len(split) == 0:
+            raise UserError(f"no {what} pairs: {split.skips.report(name)}; check the corpus, or "
+                            "loosen data.max_length / data.max_length_ratio")
 
 
 __all__ = ["Progress", "Trainer", "TrainingError"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 
 
@@ -15,10 +17,10 @@ def plot_attention(weights, src_pieces: list[str], tgt_pieces: list[str], out: P
 
     grid = weights[None] if weights.dim() == 2 else weights
     heads = grid.shape[0]
-    cols = min(heads, 4)
-    rows = (heads + cols - 1) // cols
-    size = (max(4.0, 0.45 * len(src_pieces) * cols + 1.5),
-            max(3.0, 0.4 * len(tgt_pieces) * rows + 1.5))
+    cols = math.ceil(math.sqrt(heads))  # as square a grid as the heads make: 4 -> 2 x 2
+    rows = math.ceil(heads / cols)
+    size = (max(4.0, (0.3 * len(src_pieces) + 1.2) * cols + 1.0),
+            max(3.0, (0.28 * len(tgt_pieces) + 1.0) * rows + 1.0))
     fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False, constrained_layout=True)
     for h, ax in enumerate(axes.flat):
         if h >= heads:
@@ -30,19 +32,22 @@ def plot_attention(weights, src_pieces: list[str], tgt_pieces: list[str], out: P
         if heads > 1:
             ax.set_title(f"head {h + 1}", fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    if title:  # wrapped to the figure's width (about 12 characters an inch at 10 points)
+        width = max(20, int(size[0] * 12))
+        fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()),
+                     fontsize=10)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
 
 
 def save_attention_maps(translations, directory: Path, *, layer: int = -1,
-                        heads: bool = False) -> int:
-    """attention_NNNN.png for each translation that carries attention; returns how many."""
+                        heads: bool = False, first: int = 1) -> int:
+    """attention_NNNN.png for each translation that carries attention, numbered from `first`;
+    returns how many."""
     directory.mkdir(parents=True, exist_ok=True)
     written = 0
-    for n, t in enumerate(translations, start=1):
+    for n, t in enumerate(translations, start=first):
         if t.attention is None:
             continue
         weights = t.attention[layer]  # (H, T, S)

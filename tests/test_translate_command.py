@@ -1,0 +1,169 @@
+"""`transduce translate` and `evaluate`: options checked up front (one line, exit 2), outputs
+checked before the work, finished translations kept when interrupted."""
+
+import subprocess
+import sys
+
+import pytest
+
+from transduce import translate_command
+from transduce.cli import main
+from transduce.config import load_config
+from transduce.decoding.translator import Translator
+from transduce.training.trainer import Trainer
+
+from .training.test_trainer import FAST
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("model") / "run"
+    Trainer(load_config(overrides=[*FAST, "train.max_updates=4", "model.max_positions=40",
+                                   "decode.beam_size=2"]), run).train()
+    return run
+
+
+@pytest.fixture
+def text(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("seven\nninety-nine\none hundred and two\n")
+    return path
+
+
+def _run(argv, capsys):
+    """main(argv) as the command line runs it: (exit status, stderr)."""
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's usage errors
+        code = exit.code
+    return code, capsys.readouterr().err
+
+
+INVALID = [
+    (["--beam", "0"], "argument --beam: must be at least 1, got 0"),
+    (["--nbest", "0"], "argument --nbest: must be at least 1, got 0"),
+    (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
+    (["--min-len", "-1"], "argument --min-len: must be at least 0"),
+    (["--max-len-a", "-0.5"], "argument --max-len-a: must be at least 0.0"),
+    (["--sample", "--top-p", "1.5"], "argument --top-p: must be in (0, 1]"),
+    (["--sample", "--temperature", "0"], "argument --temperature: must be positive"),
+    (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'"),
+    (["--device", "gpu"], "--device: 'gpu' is not a device; use auto, cpu, cuda or cuda:N"),
+    (["--device", "cuda"], "--device: cuda, but this PyTorch is built without CUDA"),
+    (["--nbest", "3"], "--nbest 3 needs a beam at least as large (the run's decode.beam_size, 2)"),
+    (["--nbest", "4", "--beam", "3"], "--nbest 4 needs a beam at least as large (--beam)"),
+    (["--interactive", "--nbest", "2", "--beam", "2"], "--interactive translates what you type"),
+    (["--interactive", "--attention", "maps"], "it takes no --attention"),
+    (["--interactive", "-i", "IN"], "it takes no -i"),
+    (["--sample", "--beam", "4"], "--sample draws one translation instead of searching: it takes "
+                                  "no --beam"),
+    (["--sample", "--nbest", "2"], "it takes no --nbest"),
+    (["--top-k", "5"], "--top-k is an option of --sample"),
+    (["--seed", "5"], "--seed is an option of --sample"),
+    (["--heads"], "--heads is an option of --attention DIR"),
+    (["--layer", "1"], "--layer is an option of --attention DIR"),
+    (["--attention", "MAPS", "--layer", "7"], "--layer 7: the model has 2 decoder layers"),
+    (["--checkpoint", "update_9"], "no checkpoint 'update_9'"),
+    (["-i", "missing.txt"], "-i missing.txt: no such file"),
+]
+
+
+@pytest.mark.parametrize("options, message", INVALID, ids=[" ".join(o) for o, _ in INVALID])
+def test_an_invalid_option_is_one_line_with_exit_2(run_dir, text, tmp_path, capsys, options,
+                                                   message):
+    options = [str(text) if o == "IN" else str(tmp_path / "maps") if o == "MAPS" else o
+               for o in options]
+    code, err = _run(["translate", "--model", str(run_dir), *options], capsys)
+    assert code == 2, err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_cuda_device_on_a_cpu_build_is_one_line_in_a_subprocess_too(run_dir):
+    result = subprocess.run([sys.executable, "-m", "transduce", "translate", "--model",
+                             str(run_dir), "--device", "cuda"], input="seven\n",
+                            capture_output=True, text=True)
+    if "built without CUDA" not in result.stderr:
+        pytest.skip("this PyTorch has CUDA")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_output_in_a_missing_directory_is_created(run_dir, text, tmp_path, capsys):
+    out = tmp_path / "missing" / "dir" / "out.txt"
+    assert main(["translate", "--model", str(run_dir), "-i", str(text), "-o", str(out)]) == 0
+    assert out.read_text().splitlines() == Translator.load(run_dir).translate(
+        text.read_text().splitlines())
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_an_unwritable_output_is_refused_before_any_translating(run_dir, text, tmp_path, capsys,
+                                                                monkeypatch, command):
+    def never(*args, **kwargs):
+        raise AssertionError("translated before checking the output")
+
+    monkeypatch.setattr(Translator, "translate_detailed", never)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    io = (["-i", str(text)] if command == "translate" else ["--src", str(text), "--ref",
+                                                             str(text)])
+    for out, message in ((blocker / "out.txt", "cannot write there"),
+                         (tmp_path, "is a directory"),
+                         (text, "is also the input")):
+        code, err = _run([command, "--model", str(run_dir), *io, "-o", str(out)], capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert text.read_text() == "seven\nninety-nine\none hundred and two\n"
+
+
+def test_ctrl_c_keeps_the_translations_finished_before_it(run_dir, tmp_path, capsys, monkeypatch):
+    lines = [f"line {i}" for i in range(7)]
+    (tmp_path / "in.txt").write_text("".join(x + "\n" for x in lines))
+    monkeypatch.setattr(translate_command, "CHUNK", 3)
+    real = Translator.translate_detailed
+    calls = []
+
+    def interrupted_on_the_third_chunk(self, sentences, **options):
+        calls.append(len(sentences))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, sentences, **options)
+
+    monkeypatch.setattr(Translator, "translate_detailed", interrupted_on_the_third_chunk)
+    out = tmp_path / "out.txt"
+    code, err = _run(["translate", "--model", str(run_dir), "-i", str(tmp_path / "in.txt"),
+                      "-o", str(out)], capsys)
+    assert code == 130 and "Traceback" not in err
+    assert "the first 6 of 7 translations are in" in err
+    assert out.read_text().splitlines() == Translator.load(run_dir).translate(lines[:6])
+
+
+def test_evaluate_writes_its_output_and_prints_the_scores(run_dir, text, tmp_path, capsys):
+    out = tmp_path / "new" / "hyp.txt"
+    assert main(["evaluate", "--model", str(run_dir), "--src", str(text), "--ref", str(text),
+                 "-o", str(out)]) == 0
+    assert "BLEU = " in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 3
+
+
+def test_reading_from_a_terminal_says_so(run_dir, monkeypatch, capsys):
+    import io
+
+    class Terminal(io.TextIOWrapper):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(io.BytesIO(b"seven\n")))
+    assert main(["translate", "--model", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "reading sentences from the terminal" in captured.err
+    assert len(captured.out.splitlines()) == 1
+
+
+def test_ctrl_c_in_interactive_mode_exits_quietly(run_dir, monkeypatch, capsys):
+    class Typing:
+        def __iter__(self):
+            yield "seven\n"
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "stdin", Typing())
+    code, err = _run(["translate", "--model", str(run_dir), "--interactive"], capsys)
+    assert code == 130 and "Traceback" not in err

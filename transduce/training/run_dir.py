@@ -1,0 +1,77 @@
+"""Claiming a directory for a new run without damaging what is there.
+
+A new run starts only in a directory that does not exist or is empty: a directory holding a run
+(or anything else) is refused before a byte is written into it, and a new run that fails before
+its first checkpoint takes away what it made, so a refused or failed `transduce train` leaves the
+file system as it found it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from transduce.errors import UserError
+from transduce.files import check_writable
+from transduce.training import checkpoint as ckpt
+
+log = logging.getLogger(__name__)
+
+
+def holds_run(path: Path) -> bool:
+    """Whether `path` is a run directory with at least one checkpoint (one to resume)."""
+    return any(ckpt.update_checkpoints(path)) or ckpt.latest_checkpoint(path) is not None
+
+
+def refuse_unless_free(path: Path, *, what: str = "--run-dir") -> None:
+    """A `UserError` unless a new run may start in `path`; reads, never writes."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path}: is a file, not a directory")
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if holds_run(path):
+        raise UserError(f"{what} {path} already holds a run; continue it with `transduce train "
+                        f"--resume {path}`, or pick another {what}")
+    if (path / "config.yaml").is_file() or (path / "tokenizer.json").is_file():
+        raise UserError(f"{what} {path} holds a run that wrote no checkpoint (killed early? its "
+                        f"train.log may say); remove it or pick another {what}")
+    raise UserError(f"{what} {path} is not empty and not a run directory; pick another {what}")
+
+
+class NewRun:
+    """A directory claimed for a new run: `NewRun(path)` refuses (one `UserError`, nothing
+    written) unless the run may start there; `discard()` takes away what the run made when it
+    failed before writing a checkpoint."""
+
+    def __init__(self, path: Path, *, check: bool = True) -> None:
+        self.path = Path(path)
+        if check:
+            refuse_unless_free(self.path)
+        self.created = not self.path.exists()
+        check_writable(self.path, what="--run-dir")
+
+    def discard(self) -> None:
+        """Remove what this run wrote, unless it got as far as a checkpoint (then it can be
+        resumed, and stays)."""
+        if holds_run(self.path):
+            return
+        _close_logs_under(self.path)
+        if self.created:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        for child in self.path.iterdir():  # it was empty: empty it again
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _close_logs_under(path: Path) -> None:
+    root = logging.getLogger("transduce")
+    for handler in list(root.handlers):
+        name = getattr(handler, "baseFilename", None)
+        if name and Path(name).resolve().is_relative_to(path.resolve()):
+            root.removeHandler(handler)
+            handler.close()

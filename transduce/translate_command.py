@@ -1,0 +1,299 @@
+"""`transduce translate` and `transduce evaluate`: their options, checked before any work, and
+their runs, which never throw away finished translations."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import typing
+from pathlib import Path
+
+from transduce.errors import UserError
+from transduce.files import check_output_file, check_writable
+from transduce.training.config import DTYPES, STOPPING
+
+if typing.TYPE_CHECKING:
+    from transduce.decoding.translator import Translator
+
+CHUNK = 2000  # input lines translated and written at a time: what Ctrl-C keeps
+INTERRUPTED = 130
+
+
+def at_least(low: float, kind=int):
+    """An argparse type: a number of `kind` that is at least `low`."""
+    def parse(text: str):
+        value = kind(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
+                        help="a run directory of transduce train; several: their ensemble (one "
+                             "tokenizer), each next token's probability the mean of theirs")
+    parser.add_argument("--checkpoint", metavar="NAME",
+                        help="which of its checkpoints (of each model's): averaged, best, latest, "
+                             "update_0007000, ... or a checkpoint's path (default: averaged, "
+                             "else best)")
+    parser.add_argument("--beam", type=at_least(1),
+                        help="beam size (1: greedy search; default: the run's decode.beam_size)")
+    parser.add_argument("--lenpen", type=float,
+                        help="length penalty alpha: scores divided by ((5 + |y|) / 6)^alpha "
+                             "(GNMT; default: the run's decode.length_penalty)")
+    parser.add_argument("--max-len-a", type=at_least(0.0, float),
+                        help="longest output: a * source length + b tokens (default: the run's "
+                             "decode.max_len_a)")
+    parser.add_argument("--max-len-b", type=at_least(0),
+                        help="b of the longest output (default: the run's decode.max_len_b)")
+    parser.add_argument("--min-len", type=at_least(0),
+                        help="tokens before the end of a sentence is allowed (default: the "
+                             "run's decode.min_len)")
+    parser.add_argument("--stopping", choices=STOPPING,
+                        help="beam search ends a sentence when no live beam beats its n-best "
+                             "finished ones at its current length (early) or at any length (exact)")
+    parser.add_argument("--max-tokens", type=at_least(1),
+                        help="source tokens per batch (default: the run's decode.max_tokens)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: auto)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="decode in 16 bits: faster for larger models on CPUs with bf16 "
+                             "support and on GPUs, not for tiny ones; a few translations may "
+                             "differ (default: float32)")
+
+
+def add_translate_options(parser: argparse.ArgumentParser) -> None:
+    add_model_and_search_options(parser)
+    parser.add_argument("-i", "--input", help="input file, one sentence a line (default: stdin)")
+    parser.add_argument("-o", "--output", help="output file (default: stdout); its directory is "
+                                               "created if missing")
+    parser.add_argument("--nbest", type=at_least(1), default=1,
+                        help="write the N best translations of each sentence, Moses format: "
+                             "id ||| text ||| score (N at most the beam size; default: 1)")
+    parser.add_argument("--interactive", action="store_true",
+                        help="translate each line as you type it (Ctrl-D or Ctrl-C to quit)")
+    parser.add_argument("--sample", action="store_true",
+                        help="draw each translation at random from the model instead of "
+                             "searching (e.g. for back-translation)")
+    parser.add_argument("--temperature", type=positive_float,
+                        help="with --sample: divide the logits by this (default: 1.0)")
+    parser.add_argument("--top-k", type=at_least(0),
+                        help="with --sample: draw from the k likeliest tokens (0: all; default)")
+    parser.add_argument("--top-p", type=probability,
+                        help="with --sample: draw from the likeliest tokens holding this much "
+                             "probability (nucleus sampling; default: 1.0)")
+    parser.add_argument("--seed", type=int,
+                        help="with --sample: the random seed, for the same draws again")
+    parser.add_argument("--attention", metavar="DIR",
+                        help="write one cross-attention heatmap (PNG) per sentence here")
+    parser.add_argument("--layer", type=int,
+                        help="with --attention: the decoder layer drawn, from 0, or from the "
+                             "end when negative (default: -1, the last)")
+    parser.add_argument("--heads", action="store_true",
+                        help="with --attention: a grid of every head instead of their average")
+
+
+def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
+    add_model_and_search_options(parser)
+    parser.add_argument("--src", required=True, help="source sentences, one per line")
+    parser.add_argument("--ref", required=True, help="reference translations, line by line")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="case-insensitive scores (sacreBLEU -lc)")
+    parser.add_argument("-o", "--output", help="also write the translations here")
+
+
+def check_translate_options(args: argparse.Namespace) -> None:
+    """Combinations of options that cannot work: one line each, before anything is loaded."""
+    def refuse(message: str) -> None:
+        raise UserError(message)
+
+    if args.interactive:
+        for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
+                            (args.attention, "--attention")):
+            if given:
+                refuse(f"--interactive translates what you type and prints it: it takes no "
+                       f"{name}")
+    sampling = {"--temperature": args.temperature, "--top-k": args.top_k,
+                "--top-p": args.top_p, "--seed": args.seed}
+    if args.sample:
+        for given, name in ((args.beam, "--beam"), (args.lenpen, "--lenpen"),
+                            (args.stopping, "--stopping"), (args.nbest > 1, "--nbest")):
+            if given:
+                refuse(f"--sample draws one translation instead of searching: it takes no {name}")
+    else:
+        for name, value in sampling.items():
+            if value is not None:
+                refuse(f"{name} is an option of --sample (drawing translations at random)")
+    for given, name in ((args.layer is not None, "--layer"), (args.heads, "--heads")):
+        if given and not args.attention:
+            refuse(f"{name} is an option of --attention DIR (the heatmaps)")
+
+
+def search_options(args: argparse.Namespace, translator: Translator) -> dict:
+    """The search settings the options give, checked against the loaded model."""
+    options = {k: v for k, v in dict(
+        beam_size=args.beam, length_penalty=args.lenpen, max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens,
+        stopping=args.stopping).items() if v is not None}
+    beam = options.get("beam_size", translator.decode.beam_size)
+    nbest = getattr(args, "nbest", 1)
+    if nbest > beam and not getattr(args, "sample", False):
+        where = "--beam" if args.beam else f"the run's decode.beam_size, {beam}"
+        raise UserError(f"--nbest {nbest} needs a beam at least as large ({where}); pass "
+                        f"--beam {nbest}")
+    if getattr(args, "sample", False):
+        options.update(sampling=True, temperature=args.temperature or 1.0,
+                       top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=args.seed)
+    if getattr(args, "layer", None) is not None:
+        layers = translator.model.config.n_decoder_layers
+        if not -layers <= args.layer < layers:
+            raise UserError(f"--layer {args.layer}: the model has {layers} decoder layers "
+                            f"(0 to {layers - 1}, or -1 to -{layers})")
+    return options
+
+
+def load_translator(args: argparse.Namespace) -> Translator:
+    from transduce.decoding.translator import Translator
+    from transduce.runtime import resolve_device
+    from transduce.training.checkpoint import named_checkpoint
+
+    resolve_device(args.device, setting="--device")  # before the model is read
+    dirs = [Path(m) for m in args.model]
+    if args.checkpoint and len(dirs) > 1 and Path(args.checkpoint).exists():
+        raise UserError(f"--checkpoint {args.checkpoint}: with several models, name a checkpoint "
+                        "each run has (averaged, best, latest, update_0007000, ...), not a path")
+    checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
+    return Translator.load(dirs, device=args.device, dtype=args.dtype, checkpoint=checkpoints)
+
+
+def read_input(path: str | None) -> list[str]:
+    """Lines of a file or stdin; invalid UTF-8 is an error naming the line."""
+    from transduce.data.corpus import read_lines
+
+    if path:
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            return []
+        return list(read_lines(Path(path)))
+    lines = []
+    for n, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as error:
+            raise UserError(f"<stdin>:{n}: invalid UTF-8 at byte {error.start} of the line"
+                            ) from None
+    return lines
+
+
+def translate(args: argparse.Namespace) -> int:
+    check_translate_options(args)
+    output = (check_output_file(Path(args.output), what="-o", inputs=(args.input,))
+              if args.output else None)
+    if args.input and not Path(args.input).is_file():
+        raise UserError(f"-i {args.input}: no such file")
+    if args.attention:
+        check_writable(Path(args.attention), what="--attention")
+    translator = load_translator(args)
+    options = search_options(args, translator)
+    if args.interactive:
+        return _interactive(translator, options)
+    if not args.input and sys.stdin.isatty():
+        print("reading sentences from the terminal, one a line; end with Ctrl-D (-i FILE reads "
+              "a file)", file=sys.stderr)
+    lines = read_input(args.input)
+    return _translate_lines(lines, translator, options, args, output)
+
+
+def _translate_lines(lines: list[str], translator: Translator, options: dict,
+                     args: argparse.Namespace, output: Path | None) -> int:
+    """Translate and write chunk by chunk, in input order, so that an interrupted run keeps
+    every translation finished before it."""
+    from tqdm import tqdm
+
+    out = open(output, "w", encoding="utf-8") if output else sys.stdout
+    bar = tqdm(total=len(lines), unit="sent", disable=not (args.input and sys.stderr.isatty()))
+    done, maps = 0, 0
+    try:
+        for first in range(0, len(lines), CHUNK):
+            results = translator.translate_detailed(lines[first:first + CHUNK], nbest=args.nbest,
+                                                    attention=bool(args.attention), **options)
+            for n, result in enumerate(results, start=first):
+                if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
+                    out.writelines(f"{n} ||| {text} ||| {score:.4f}\n"
+                                   for text, score in result.nbest)
+                else:
+                    out.write(result.text + "\n")
+            out.flush()
+            done += len(results)
+            bar.update(len(results))
+            if args.attention:
+                from transduce.visualize.attention import save_attention_maps
+
+                maps += save_attention_maps(results, Path(args.attention), first=first + 1,
+                                            layer=-1 if args.layer is None else args.layer,
+                                            heads=args.heads)
+    except KeyboardInterrupt:
+        bar.close()
+        where = f"in {output}" if output else "written"
+        print(f"transduce: interrupted: the first {done:,} of {len(lines):,} translations are "
+              f"{where}", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        bar.close()
+        if output:
+            out.close()
+    if args.attention:
+        print(f"{maps} attention maps -> {args.attention}", file=sys.stderr)
+    return 0
+
+
+def _interactive(translator: Translator, options: dict) -> int:
+    print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
+    try:
+        for line in sys.stdin:
+            print(translator.translate([line.rstrip("\n")], **options)[0], flush=True)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return INTERRUPTED
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    import sacrebleu
+
+    output = (check_output_file(Path(args.output), what="-o", inputs=(args.src, args.ref))
+              if args.output else None)
+    sources, references = read_input(args.src), read_input(args.ref)
+    if len(sources) != len(references):
+        raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
+                        f"has {len(references)}")
+    translator = load_translator(args)
+    options = search_options(args, translator)
+    start = time.perf_counter()
+    hypotheses = translator.translate(sources, progress=sys.stderr.isatty(), **options)
+    seconds = time.perf_counter() - start
+    bleu = sacrebleu.BLEU(lowercase=args.lowercase)
+    chrf = sacrebleu.CHRF(lowercase=args.lowercase)
+    print(f"{bleu.corpus_score(hypotheses, [references])}  {bleu.get_signature()}")
+    print(f"{chrf.corpus_score(hypotheses, [references])}  {chrf.get_signature()}")
+    print(f"{len(sources)} sentences in {seconds:.1f} s ({len(sources) / max(seconds, 1e-9):.1f} "
+          f"sentences/s)")
+    if output:
+        output.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    return 0
