@@ -125,3 +125,33 @@ def test_every_shipped_config_is_in_the_package_and_found_by_name(tmp_path):
         assert _config_path(config.stem) == shipped / config.name
     assert "configs/*.yaml" in (root / "pyproject.toml").read_text()
     assert (root / "LICENSE").read_text().startswith("MIT License")
+
+
+@pytest.mark.parametrize("command", ["train", "prepare", "average"])
+def test_an_unwritable_place_is_one_line_before_any_work(tmp_path, capsys, command):
+    from tests.training.test_trainer import FAST
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    place = str(blocker / "run")
+    argv = {"train": ["train", "--run-dir", place, *FAST],
+            "prepare": ["prepare", "--out", place, "--numbers-train-size", "100"],
+            "average": ["average", place]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(blocker) in err, err
+    assert blocker.read_text() == ""
+
+
+def test_attention_heads_are_drawn_as_a_square_grid(tmp_path):
+    import struct
+
+    import torch
+
+    from transduce.visualize.attention import plot_attention
+
+    src, tgt = [f"s{i}" for i in range(30)], [f"t{i}" for i in range(12)]
+    out = plot_attention(torch.rand(4, 12, 30).softmax(-1), src, tgt, tmp_path / "a.png",
+                         title="a long source sentence " * 20)
+    width, height = struct.unpack(">II", out.read_bytes()[16:24])
+    assert 0.5 < width / height < 2.5  # 2 x 2, not one row of 4
