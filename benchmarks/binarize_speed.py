@@ -34,7 +34,9 @@ def base_corpus():
 
 def child(args: argparse.Namespace) -> None:
     """Binarize one corpus and print: pairs, seconds, tokens, peak RSS and RSS before, MiB."""
+    from transduce import runtime
     from transduce.data import ParallelFiles, Tokenizers, binarize
+    runtime.tune()  # as the transduce command does
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Python, torch, ...
     tokenizers = Tokenizers.load(args.tokenizer)
     corpus = ParallelFiles(Path(args.src), Path(args.tgt))

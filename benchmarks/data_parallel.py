@@ -45,7 +45,7 @@ def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
     trainer.accumulate_gradients = timed("compute", trainer.accumulate_gradients)
     object.__setattr__(world, "sum_gradients", timed("sum gradients", world.sum_gradients))
     agree = timed("agree to stop", trainer._agreed_stop)
-    stream = trainer._batch_stream()
+    stream = trainer.epochs.stream(trainer.progress)
     tokens, start = 0, 0.0
     for step in range(5 + updates):
         if step == 5:

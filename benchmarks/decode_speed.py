@@ -73,10 +73,12 @@ def child(args) -> None:
     model_dir = Path(spec["model_dir"])
     start = time.perf_counter()
     if args.engine.startswith("transduce"):
+        from transduce import runtime
+        runtime.tune()  # as the transduce command does, before the first tensor
         from transduce.decoding.beam import beam_search
         from transduce.decoding.greedy import greedy_search
         from transduce.model import ModelConfig, Transformer
-        from transduce.training.checkpoint import load_weights
+        from transduce.runs.checkpoint import load_weights
         model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
         load_weights(model, model_dir / "model.safetensors")
         model.eval()
@@ -151,7 +153,7 @@ def export(model, tokenizers, directory: Path) -> None:
 
     from transduce.export.ctranslate2 import save_ctranslate2
     from transduce.export.marian import save_huggingface
-    from transduce.training.checkpoint import save_weights
+    from transduce.runs.checkpoint import save_weights
     directory.mkdir(parents=True, exist_ok=True)
     save_weights(model, directory / "model.safetensors")
     (directory / "model.json").write_text(json.dumps(asdict(model.config)))

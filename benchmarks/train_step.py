@@ -20,9 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transduce import ModelConfig, Transformer
+from transduce import ModelConfig, Transformer, runtime
 from transduce.model.embeddings import sinusoidal_encoding
 from transduce.training.loss import projected_label_smoothed_cross_entropy
+
+runtime.tune()  # for both columns, before their first tensor (transduce/runtime.py)
 
 PAD = 1
 VOCAB = {"tiny": 8000, "base": 37000, "iwslt": 10000, "big": 37000}

@@ -25,6 +25,21 @@ def test_freed_memory_is_kept_unless_the_user_tuned_malloc():
 
 
 def test_huge_pages_unless_the_user_said_otherwise():
-    code = "import transduce, os; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    code = ("import transduce, os; transduce.runtime.tune(); "
+            "print(os.environ['THP_MEM_ALLOC_ENABLE'])")
     assert _in_a_fresh_process(code) == "1"
     assert _in_a_fresh_process(code, THP_MEM_ALLOC_ENABLE="0") == "0"
+
+
+def test_importing_transduce_changes_nothing_in_the_process():
+    code = "import os, transduce; print(os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset'))"
+    assert _in_a_fresh_process(code) == "unset"
+
+
+def test_the_command_tunes_the_process_before_its_first_tensor():
+    code = ("import os, sys, torch\n"
+            "from transduce import cli\n"
+            "cli.main(['params', 'tiny'])\n"
+            "x = torch.ones(64 << 20)\n"
+            "print(os.environ['THP_MEM_ALLOC_ENABLE'])")
+    assert _in_a_fresh_process(code).splitlines()[-1] == "1"

@@ -12,8 +12,11 @@ def train(config=None, run_dir: str | Path = "runs/run", overrides: list[str] = 
     `transduce.config.Config`, or None for the defaults; overrides: "section.key=value" strings.
     Returns the final `Progress` (updates, epochs, best BLEU, validation history).
     """
+    from transduce import runtime
     from transduce.config import Config, load_config
     from transduce.training.trainer import Trainer
+
+    runtime.tune()
 
     if isinstance(config, Config):
         resolved = load_config(base=config.to_dict(), overrides=list(overrides))
@@ -27,7 +30,10 @@ def train(config=None, run_dir: str | Path = "runs/run", overrides: list[str] = 
 def resume(run_dir: str | Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
            reset_schedule: bool = False):
     """Continue a run exactly where its latest checkpoint left it, as `transduce train --resume`."""
+    from transduce import runtime
     from transduce.training.trainer import Trainer
+
+    runtime.tune()
 
     return Trainer.resume(Path(run_dir), list(overrides), reset_optimizer=reset_optimizer,
                           reset_schedule=reset_schedule).train()

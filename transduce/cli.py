@@ -11,16 +11,15 @@ import time
 import typing
 from pathlib import Path
 
-from transduce import __version__
+from transduce import __version__, runtime
 from transduce.config import field_comments, load_config
 from transduce.data.config import TOKENIZERS, DataConfig
 from transduce.data.datasets import DATASETS
-from transduce.errors import UserError
+from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
 from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce import translate_command
-from transduce.training.run_dir import holds_run
-from transduce.training.trainer import TrainingError
+from transduce.runs.claim import holds_run
 from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
 
 
@@ -137,7 +136,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def _average(args: argparse.Namespace) -> None:
-    from transduce.training.checkpoint import (average_checkpoints, checkpoint_dir,
+    from transduce.runs.checkpoint import (average_checkpoints, checkpoint_dir,
                                                update_checkpoints)
 
     run_dir = Path(args.run_dir)
@@ -313,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    runtime.tune()  # before the first tensor: see transduce/runtime.py
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args, extra = parser.parse_known_args(argv)
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.captureWarnings(True)  # library warnings (sacreBLEU's, PyTorch's) as log lines
     try:
         return args.run(args) or 0
-    except ValueError as error:  # a user's bad value (UserError too): one line, no traceback
+    except UserError as error:  # a bad file, setting or option: one line, no traceback
         print(f"transduce: error: {error}", file=sys.stderr)
         return 2
     except TrainingError as error:

@@ -26,7 +26,8 @@ import yaml
 from transduce.data.config import DataConfig
 from transduce.errors import UserError
 from transduce.model.config import PRESETS, ModelConfig
-from transduce.training.config import DecodeConfig, TrainConfig
+from transduce.decoding.config import DecodeConfig
+from transduce.training.config import TrainConfig
 
 _FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size")
 

@@ -1,4 +1,5 @@
-"""Errors a user can cause and fix: the command line prints their message as one line."""
+"""Errors a user can cause and fix, and training that cannot go on: the command line prints
+their message as one line. Anything else is a bug, and shows its traceback."""
 
 
 class UserError(ValueError):
@@ -7,3 +8,7 @@ class UserError(ValueError):
 
 class DataError(UserError):
     """Unreadable, inconsistent or missing corpus data; the message names the file and line."""
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. the loss keeps being NaN); the message says why."""

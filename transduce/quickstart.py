@@ -18,7 +18,7 @@ from transduce.config import Config, load_config
 from transduce.data.prepare import corpus
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
-from transduce.training.run_dir import holds_run
+from transduce.runs.claim import holds_run
 from transduce.training.trainer import Trainer
 from transduce.visualize.attention import save_attention_maps
 

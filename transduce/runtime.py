@@ -1,16 +1,20 @@
-"""Process-wide memory settings that make CPU work faster, applied when transduce is imported,
-and what the hardware computes natively.
+"""Process-wide memory settings that make CPU work faster, and what the hardware computes
+natively.
 
 Training and decoding allocate and free the same large tensors (logits, activations, key/value
 buffers) every step. Left to their defaults, the kernel takes that memory back when it is freed
-and faults it in again, page by page, at the next step. Both settings below leave a user's own
-choice alone: set the variable yourself to override it.
+and faults it in again, page by page, at the next step. `tune()` applies the two settings below;
+importing transduce does not, since they change the whole process. The `transduce` command,
+`transduce.train`, `transduce.resume` and `Translator.load` call it; a program with its own loop
+calls it once at its start, before its first tensor (PyTorch reads the huge-page setting at its
+first allocation). Both leave a user's own choice alone: set the variable yourself to override.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 # glibc's mallopt parameters (malloc.h)
@@ -19,10 +23,22 @@ _MMAP_THRESHOLD_MAX = 32 << 20  # the largest glibc accepts on 64-bit systems
 _TRIM_THRESHOLD = 1 << 30
 
 
+def tune() -> None:
+    """Huge pages for large CPU tensors and freed memory kept for reuse (see above); calling it
+    again does nothing more."""
+    use_huge_pages()
+    _keep_freed_memory_once()
+
+
+@functools.cache
+def _keep_freed_memory_once() -> bool:
+    return keep_freed_memory()
+
+
 def use_huge_pages() -> None:
     """Back PyTorch's large CPU tensors with transparent huge pages: a fraction of the page
     faults (a training step of the `tiny` model ran about 20% faster on 2 cores). PyTorch reads
-    THP_MEM_ALLOC_ENABLE at its first allocation, so this runs before torch is imported."""
+    THP_MEM_ALLOC_ENABLE at its first CPU allocation: after it, this changes nothing."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
@@ -50,7 +66,7 @@ def native_bf16(device) -> bool:
     bf16, or a CPU with AVX512-BF16 or AMX. Elsewhere PyTorch emulates bf16, so bf16 is slower
     than fp32, not faster (`tiny` on a 2-core AVX2 CPU: training under autocast 244 target
     tokens/s against 4,312 in fp32, benchmarks/train_step.py; beam search 3.3x slower)."""
-    import torch  # here, not above: this module runs before torch is first imported
+    import torch  # here, not above: tune() needs nothing of torch
 
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
-from transduce.training.config import DTYPES, STOPPING
+from transduce.decoding.config import DTYPES, STOPPING
 
 if typing.TYPE_CHECKING:
     from transduce.decoding.translator import Translator
@@ -172,7 +172,7 @@ def search_options(args: argparse.Namespace, translator: Translator) -> dict:
 def load_translator(args: argparse.Namespace) -> Translator:
     from transduce.decoding.translator import Translator
     from transduce.runtime import resolve_device
-    from transduce.training.checkpoint import named_checkpoint
+    from transduce.runs.checkpoint import named_checkpoint
 
     resolve_device(args.device, setting="--device")  # before the model is read
     dirs = [Path(m) for m in args.model]
@@ -271,6 +271,9 @@ def _interactive(translator: Translator, options: dict) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return INTERRUPTED
+    except UnicodeDecodeError as error:
+        raise UserError(f"<stdin>: invalid UTF-8 at byte {error.start} of what was typed"
+                        ) from None
     return 0
 
 

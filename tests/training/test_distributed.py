@@ -7,7 +7,7 @@ import sys
 import torch
 
 from tests.training.test_trainer import FAST, _config, _weights
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 from transduce.training.trainer import Trainer
 
 

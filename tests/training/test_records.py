@@ -3,7 +3,7 @@
 import pytest
 
 from tests.training.test_trainer import _config
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 from transduce.training.records import read_metrics
 from transduce.training.trainer import Trainer
 

@@ -47,3 +47,16 @@ def test_cosine_warms_up_then_falls_to_zero_at_the_last_update():
 def test_cosine_needs_max_updates_beyond_the_warmup():
     with pytest.raises(UserError, match="train.max_updates"):
         load_config(overrides=["train.lr_schedule=cosine", "train.max_updates=0"])
+
+
+def test_the_configured_schedule_is_the_named_function():
+    from transduce.training.config import TrainConfig
+    from transduce.training.schedule import from_config
+
+    for name, expected in (("noam", lambda u: noam(u, d_model=64, warmup=10, scale=2.0)),
+                           ("inverse_sqrt", lambda u: inverse_sqrt(u, peak_lr=0.01, warmup=10)),
+                           ("cosine", lambda u: cosine(u, peak_lr=0.01, warmup=10, total=50)),
+                           ("constant", lambda u: constant(u, peak_lr=0.01, warmup=10))):
+        config = TrainConfig(lr_schedule=name, lr=0.01, lr_scale=2.0, warmup=10, max_updates=50)
+        schedule = from_config(config, d_model=64)
+        assert [schedule(u) for u in (1, 10, 30, 60)] == [expected(u) for u in (1, 10, 30, 60)]

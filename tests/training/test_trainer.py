@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from transduce.config import load_config
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 from transduce.errors import UserError
 from transduce.training.trainer import Trainer, TrainingError
 
@@ -38,7 +38,7 @@ def test_resume_ends_with_bit_identical_parameters(tmp_path, bpe_dropout):
                                f"data.bpe_dropout={bpe_dropout}"), tmp_path / "a")
     straight.train()
     assert straight.progress.epoch >= 1  # the resumed part crosses into a new epoch
-    segmented = straight._epoch_data(1)[0].tgt_lengths
+    segmented = straight.epochs.epoch(1)[0].tgt_lengths
     assert (segmented != straight.data.train.tgt_lengths).any() == (bpe_dropout > 0)
     first = Trainer(_config("train.max_updates=20", "train.validate_every=20",
                             f"data.bpe_dropout={bpe_dropout}"), tmp_path / "b")
@@ -59,7 +59,7 @@ def test_resume_ends_with_bit_identical_parameters(tmp_path, bpe_dropout):
 def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
     trainer = Trainer(_config("model.dropout=0.0"), tmp_path / "acc")
     model = trainer.model
-    batches = [b for _, b in zip(range(3), trainer._batch_stream(), strict=False)]
+    batches = [b for _, b in zip(range(3), trainer.epochs.stream(trainer.progress), strict=False)]
     loss, tokens = trainer.accumulate_gradients(batches)
     accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
@@ -86,7 +86,7 @@ def test_r_drop_without_dropout_is_plain_training(tmp_path):
     """Without dropout the two passes agree, so the KL term and its gradient vanish: R-Drop's
     loss and gradients equal plain training's. With dropout the passes differ and it adds."""
     plain = Trainer(_config("model.dropout=0.0"), tmp_path / "plain")
-    batches = [b for _, b in zip(range(2), plain._batch_stream(), strict=False)]
+    batches = [b for _, b in zip(range(2), plain.epochs.stream(plain.progress), strict=False)]
     loss, tokens = plain.accumulate_gradients(batches)
     grads = {n: p.grad.clone() for n, p in plain.model.named_parameters()}
     twice = Trainer(_config("model.dropout=0.0", "train.rdrop_alpha=5"), tmp_path / "twice")
@@ -109,14 +109,14 @@ def test_r_drop_without_dropout_is_plain_training(tmp_path):
 
 @pytest.mark.parametrize("native", [False, True])
 def test_auto_precision_trains_as_bf16_where_native_else_as_fp32(tmp_path, monkeypatch, native):
-    monkeypatch.setattr("transduce.training.trainer.native_bf16", lambda device: native)
+    monkeypatch.setattr("transduce.training.devices.native_bf16", lambda device: native)
     auto = Trainer(_config("model.dropout=0.0", "train.precision=auto"), tmp_path / "auto")
     expected = "bf16" if native else "fp32"
     assert auto.precision == expected
     same = Trainer(_config("model.dropout=0.0", f"train.precision={expected}"), tmp_path / "same")
     other = Trainer(_config("model.dropout=0.0", f"train.precision={'fp32' if native else 'bf16'}"),
                     tmp_path / "other")
-    batches = [b for _, b in zip(range(2), auto._batch_stream(), strict=False)]
+    batches = [b for _, b in zip(range(2), auto.epochs.stream(auto.progress), strict=False)]
     grads = {}
     for name, trainer in (("auto", auto), ("same", same), ("other", other)):
         trainer.model.load_state_dict(auto.model.state_dict())
@@ -127,7 +127,7 @@ def test_auto_precision_trains_as_bf16_where_native_else_as_fp32(tmp_path, monke
 
 
 def test_bf16_without_native_support_warns_and_names_the_key(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr("transduce.training.trainer.native_bf16", lambda device: False)
+    monkeypatch.setattr("transduce.training.devices.native_bf16", lambda device: False)
     with caplog.at_level("WARNING"):
         trainer = Trainer(_config("train.precision=bf16"), tmp_path / "bf16")
     assert trainer.precision == "bf16"  # as asked, only warned
@@ -210,7 +210,7 @@ def test_average_of_checkpoints_is_their_mean(tmp_path):
 
 KILL_SCRIPT = """
 import sys, os, torch
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 from transduce.model import ModelConfig, Transformer
 model = Transformer(ModelConfig.preset("tiny", src_vocab_size=3000, tgt_vocab_size=3000))
 ckpt.save_checkpoint(sys.argv[1], "update_0000001", model, {"step": 1})
@@ -308,11 +308,11 @@ def test_bidirectional_epochs_train_each_pair_both_ways_then_forward_alone(tmp_p
     trainer = Trainer(_config("data.bidirectional_epochs=2"), tmp_path / "bit")
     forward = trainer.data.train
     for epoch, ways in ((0, 2), (1, 2), (2, 1)):
-        pairs, batches = trainer._epoch_data(epoch)
+        pairs, batches = trainer.epochs.epoch(epoch)
         assert len(pairs) == ways * len(forward)
         seen = sorted(i for ids in batches for i in ids.tolist())
         assert seen == list(range(len(pairs)))  # each pair, and each reversal, once
-    pairs, _ = trainer._epoch_data(0)
+    pairs, _ = trainer.epochs.epoch(0)
     n = len(forward)
     for i in (0, n // 2, n - 1):
         assert pairs.src(n + i).tolist() == forward.tgt(i).tolist()

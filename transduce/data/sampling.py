@@ -12,6 +12,7 @@ import numpy as np
 
 from transduce.data.binarize import TokenizedCorpus
 from transduce.data.tokenizer import Tokenizers
+from transduce.errors import DataError
 
 
 class SegmentedCorpus:
@@ -71,6 +72,6 @@ def _kept_texts(corpus, pair_ids: np.ndarray) -> tuple[list[str], list[str]]:
             tgts.append(tgt)
             next_id = next(wanted, None)
     if next_id is not None:
-        raise ValueError(f"{corpus}: pair {next_id + 1} of the binarized cache is missing; the "
+        raise DataError(f"{corpus}: pair {next_id + 1} of the binarized cache is missing; the "
                          "corpus changed under it")
     return srcs, tgts

@@ -28,7 +28,7 @@ from transduce.decoding.ranking import top_k
 from transduce.decoding.ensemble import Ensemble, decoder_steps
 from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
-from transduce.training.config import STOPPING
+from transduce.decoding.config import STOPPING
 
 
 @dataclass(frozen=True, order=True)

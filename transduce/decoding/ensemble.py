@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from transduce.decoding.steps import DecoderSteps
+from transduce.errors import UserError
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 
@@ -30,12 +31,12 @@ class Ensemble(nn.Module):
     def __init__(self, models: Sequence[Transformer]) -> None:
         super().__init__()
         if not models:
-            raise ValueError("an ensemble needs at least one model")
+            raise UserError("an ensemble needs at least one model")
         first = models[0].config
         for i, model in enumerate(models[1:], start=2):
             for name in _SAME:
                 if getattr(model.config, name) != getattr(first, name):
-                    raise ValueError(f"model {i} of the ensemble has {name}="
+                    raise UserError(f"model {i} of the ensemble has {name}="
                                      f"{getattr(model.config, name)}, model 1 "
                                      f"{getattr(first, name)}: members need one vocabulary")
         self.members = nn.ModuleList(models)
@@ -57,7 +58,7 @@ class Ensemble(nn.Module):
                    for m, mem in zip(self.members, memory, strict=True)]
         shapes = {tuple(w.shape) for _, w in outputs}
         if len(shapes) > 1:
-            raise ValueError("the attention of an ensemble needs members with the same layers "
+            raise UserError("the attention of an ensemble needs members with the same layers "
                              f"and heads, got weights of shapes {sorted(shapes)}")
         log_probs = torch.stack([torch.log_softmax(out.float(), dim=-1) for out, _ in outputs])
         weights = torch.stack([w.float() for _, w in outputs])

@@ -11,16 +11,16 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from transduce.config import load_config
 from transduce.data.tokenizer import Tokenizers
-from transduce.decoding.beam import Hypothesis, beam_search
+from transduce.decoding.beam import Hypothesis
 from transduce.decoding.ensemble import Ensemble
-from transduce.decoding.greedy import greedy_search, sample
+from transduce.decoding.search import Sampling, search
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
+from transduce import runtime
 from transduce.runtime import native_bf16, resolve_device
-from transduce.training import checkpoint as ckpt
-from transduce.training.config import DTYPES, DecodeConfig
+from transduce.runs.load import load_run
+from transduce.decoding.config import DTYPES, DecodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class Translator:
         AVX512-BF16 or AMX) and the matrices are large enough (1.5-1.6x for `base` on a 2-core
         AVX512-BF16 CPU, nothing for `tiny`); a few translations may differ from float32.
         """
+        runtime.tune()
         if dtype not in DTYPES:
             raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         many = not isinstance(model_dir, str | Path)
@@ -76,13 +77,13 @@ class Translator:
             checkpoints = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
         if len(checkpoints) != len(dirs):
             raise UserError(f"{len(checkpoints)} checkpoints for {len(dirs)} model directories")
-        loaded = [cls._load_model(d, c) for d, c in zip(dirs, checkpoints, strict=True)]
-        decode, tokenizers = loaded[0][1], loaded[0][2]
-        for d, (_, _, other) in zip(dirs[1:], loaded[1:]):
-            if other.fingerprint != tokenizers.fingerprint:
+        runs = [load_run(d, c) for d, c in zip(dirs, checkpoints, strict=True)]
+        decode, tokenizers = runs[0].config.decode, runs[0].tokenizers
+        for d, run in zip(dirs[1:], runs[1:], strict=True):
+            if run.tokenizers.fingerprint != tokenizers.fingerprint:
                 raise UserError(f"{d}: its tokenizer is not {dirs[0]}'s; the models of an "
                                 "ensemble need one vocabulary")
-        models = [model for model, _, _ in loaded]
+        models = [run.model for run in runs]
         model = models[0] if len(models) == 1 else Ensemble(models)
         device = resolve_device(str(device), setting="device")
         if dtype == "bfloat16" and not native_bf16(device):
@@ -91,22 +92,6 @@ class Translator:
                         device.type)
         return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, decode)
 
-    @staticmethod
-    def _load_model(model_dir: Path, checkpoint: str | Path | None
-                    ) -> tuple[Transformer, DecodeConfig, Tokenizers]:
-        if not (model_dir / "config.yaml").is_file():
-            raise UserError(f"{model_dir}: not a model directory (no config.yaml)")
-        config = load_config(model_dir / "config.yaml")
-        tokenizers = Tokenizers.load(model_dir)
-        model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
-                                            shared_vocab=tokenizers.shared)
-        model = Transformer(model_config)
-        weights = Path(checkpoint) if checkpoint else ckpt.model_checkpoint(model_dir)
-        ckpt.load_weights(model, weights)
-        log.info("%s: %s", model_dir, ckpt.describe(model_dir, weights))
-        if warning := ckpt.stale_average(model_dir, weights):
-            log.warning("%s", warning)
-        return model, config.decode, tokenizers
 
     @property
     def device(self) -> torch.device:
@@ -146,7 +131,10 @@ class Translator:
                   if prefixes else None)
         if forced is not None and len(forced) != len(sentences):
             raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences")
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        drawing = None
+        if sampling:
+            generator = torch.Generator().manual_seed(seed) if seed is not None else None
+            drawing = Sampling(temperature, top_k, top_p, generator)
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         for i in set(range(len(sentences))) - set(todo):
@@ -154,21 +142,8 @@ class Translator:
         bar = tqdm(total=len(todo), unit="sent", disable=not progress)
         for batch in self._batches(todo, sources, decode.max_tokens):
             src = self._pad([sources[i] for i in batch])
-            batch_prefixes = [forced[i] for i in batch] if forced else None
-            kw = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                      min_len=decode.min_len, prefixes=batch_prefixes)
-            if sampling:
-                outputs = [[Hypothesis(0.0, 0.0, tuple(o))] for o in sample(
-                    self.model, src, temperature=temperature, top_k=top_k, top_p=top_p,
-                    generator=generator, **kw)]
-            elif decode.beam_size == 1 and nbest == 1:
-                outputs = [[Hypothesis(0.0, 0.0, tuple(o))] for o in
-                           greedy_search(self.model, src, **kw)]
-            else:
-                outputs = beam_search(self.model, src, beam_size=decode.beam_size,
-                                      length_penalty_alpha=decode.length_penalty, nbest=nbest,
-                                      length_normalization=decode.length_normalization,
-                                      stopping=decode.stopping, **kw)
+            outputs = search(self.model, src, decode, nbest=nbest, sampling=drawing,
+                             prefixes=[forced[i] for i in batch] if forced else None)
             for i, hyps in zip(batch, outputs, strict=True):
                 results[i] = self._result(sentences[i], sources[i], hyps, attention)
             bar.update(len(batch))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from transduce.errors import UserError
+
 ACTIVATIONS = ("relu", "gelu")
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
 
@@ -44,24 +46,24 @@ class ModelConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
                      "n_encoder_layers", "n_decoder_layers", "max_positions"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
+                raise UserError(f"model.{name} must be positive, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by "
+            raise UserError(f"model.d_model ({self.d_model}) must be divisible by "
                              f"model.n_heads ({self.n_heads})")
         for name in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout",
                      "target_word_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+                raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if self.qkv_init_gain <= 0:
-            raise ValueError(f"model.qkv_init_gain must be positive, got {self.qkv_init_gain}")
+            raise UserError(f"model.qkv_init_gain must be positive, got {self.qkv_init_gain}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"model.activation must be one of {ACTIVATIONS}, "
+            raise UserError(f"model.activation must be one of {ACTIVATIONS}, "
                              f"got {self.activation!r}")
         if self.positional not in POSITIONAL_ENCODINGS:
-            raise ValueError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
+            raise UserError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
                              f"got {self.positional!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"model.share_embeddings needs one vocabulary, but src_vocab_size="
                 f"{self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}; "
                 "set model.share_embeddings=false for separate vocabularies")
@@ -69,7 +71,7 @@ class ModelConfig:
                     "unk_id": self.unk_id}
         for name, value in specials.items():
             if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
-                raise ValueError(f"model.{name}={value} is outside the vocabulary")
+                raise UserError(f"model.{name}={value} is outside the vocabulary")
 
     @property
     def head_dim(self) -> int:
@@ -83,11 +85,11 @@ class ModelConfig:
         `tiny` is the 4-layer model of Wu et al. (2021) that holds the text-only Multi30k record.
         """
         if name not in PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise UserError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(overrides) - fields)
         if unknown:
-            raise ValueError(f"unknown model field(s) {unknown}")
+            raise UserError(f"unknown model field(s) {unknown}")
         return cls(**{**PRESETS[name], **overrides})
 
 

@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from transduce.training.checkpoint import write_atomically
+from transduce.files import write_atomically
 
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"

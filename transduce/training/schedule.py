@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 
@@ -36,3 +37,15 @@ def cosine(step: int, *, peak_lr: float, warmup: int, total: int) -> float:
         return peak_lr * step / warmup
     progress = min(1.0, (step - warmup) / max(total - warmup, 1))
     return peak_lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def from_config(train, *, d_model: int):
+    """The schedule `train` (a TrainConfig) names, as a function of the update number."""
+    if train.lr_schedule == "noam":
+        return functools.partial(noam, d_model=d_model, warmup=train.warmup, scale=train.lr_scale)
+    if train.lr_schedule == "inverse_sqrt":
+        return functools.partial(inverse_sqrt, peak_lr=train.lr, warmup=train.warmup)
+    if train.lr_schedule == "cosine":
+        return functools.partial(cosine, peak_lr=train.lr, warmup=train.warmup,
+                                 total=train.max_updates)
+    return functools.partial(constant, peak_lr=train.lr, warmup=train.warmup)

@@ -12,10 +12,9 @@ import torch
 from transduce.data.batching import TokenBatches, collate
 from transduce.data.binarize import TokenizedCorpus
 from transduce.data.tokenizer import Tokenizers
-from transduce.decoding.beam import beam_search
-from transduce.decoding.greedy import greedy_search
+from transduce.decoding.search import search
 from transduce.model.transformer import Transformer
-from transduce.training.config import DecodeConfig
+from transduce.decoding.config import DecodeConfig
 from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
 
 
@@ -67,24 +66,15 @@ def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | 
 
 def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Tokenizers, *,
                      decode: DecodeConfig, device: torch.device, autocast) -> list[str]:
-    """Detokenized translations of every source of `data` (greedy when decode.beam_size is 1,
-    else beam search), in corpus order."""
+    """Detokenized translations of every source of `data`, searched as `decode` says (greedy
+    when decode.beam_size is 1, as for the usual validation BLEU), in corpus order."""
     out: list[str | None] = [None] * len(data)
     batches = TokenBatches(data.src_lengths, np.zeros_like(data.src_lengths), decode.max_tokens,
                            shuffle=False).epoch(0)
     for ids in batches:
         batch = collate(data, ids).to(device)
-        limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                      min_len=decode.min_len)
         with autocast():
-            if decode.beam_size == 1:
-                outputs = greedy_search(model, batch.src, **limits)
-            else:
-                outputs = [hyps[0].tokens for hyps in beam_search(
-                    model, batch.src, beam_size=decode.beam_size,
-                    length_penalty_alpha=decode.length_penalty,
-                    length_normalization=decode.length_normalization, stopping=decode.stopping,
-                    **limits)]
+            outputs = [hyps[0].tokens for hyps in search(model, batch.src, decode)]
         for i, tokens in zip(ids.tolist(), outputs, strict=True):
             out[i] = tokenizers.tgt.decode(tokens)
     return out

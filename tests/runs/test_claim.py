@@ -96,3 +96,10 @@ def test_a_refused_command_in_a_subprocess_is_one_line(run):
                              *FAST], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "already holds a run" in result.stderr
+
+
+def test_a_resume_that_would_change_the_model_is_refused_leaving_the_run_as_it_was(run):
+    before = snapshot(run)
+    with pytest.raises(UserError, match="do not fit the model the configuration now describes"):
+        Trainer.resume(run, ["model.d_model=64", "train.max_updates=4"])
+    assert snapshot(run) == before

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.files import check_writable
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 

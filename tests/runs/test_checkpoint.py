@@ -12,7 +12,7 @@ from transduce import files
 from transduce.cli import main
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
-from transduce.training import checkpoint as ckpt
+from transduce.runs import checkpoint as ckpt
 from transduce.training.trainer import Trainer
 
 

@@ -1,0 +1,24 @@
+import torch
+
+from transduce.decoding.beam import beam_search
+from transduce.decoding.config import DecodeConfig
+from transduce.decoding.greedy import greedy_search, sample
+from transduce.decoding.search import Sampling, search
+
+from ..conftest import random_tokens, small_model
+
+
+def test_search_runs_the_search_its_settings_name():
+    model = small_model()
+    src = random_tokens(5, 7)
+    limits = dict(max_len_a=0.0, max_len_b=9, min_len=2)
+    greedy = DecodeConfig(beam_size=1, **limits)
+    assert [h[0].tokens for h in search(model, src, greedy)] == [
+        tuple(t) for t in greedy_search(model, src, **limits)]
+    beam = DecodeConfig(beam_size=3, length_penalty=1.0, **limits)
+    assert search(model, src, beam, nbest=2) == beam_search(
+        model, src, beam_size=3, length_penalty_alpha=1.0, nbest=2, **limits)
+    seeded = Sampling(top_k=5, generator=torch.Generator().manual_seed(4))
+    drawn = search(model, src, greedy, sampling=seeded)
+    assert [h[0].tokens for h in drawn] == [tuple(t) for t in sample(
+        model, src, top_k=5, generator=torch.Generator().manual_seed(4), **limits)]

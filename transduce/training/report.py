@@ -1,0 +1,72 @@
+"""What a run tells while it trains: log lines (on the terminal, above the progress bar, and in
+train.log), the progress bar, and the records (metrics.jsonl, TensorBoard)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from transduce.training.records import NoRecords, Records
+from transduce.training.state import Progress, empty_window
+
+log = logging.getLogger("transduce.train")
+
+
+def log_to_file(run_dir: Path) -> None:
+    """Copy transduce's log lines into RUN/train.log."""
+    path = Path(run_dir) / "train.log"
+    root = logging.getLogger("transduce")
+    if not any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def log_above(bar):
+    """Log lines printed above the progress bar instead of through it (when they go to the
+    terminal at all)."""
+    console = [h for h in logging.getLogger().handlers
+               if type(h) is logging.StreamHandler and getattr(h.stream, "isatty", bool)()]
+    return logging_redirect_tqdm() if console and not bar.disable else contextlib.nullcontext()
+
+
+def report(progress: Progress, lr: float, bar, records: Records | NoRecords) -> None:
+    """One log line and one metrics row: the updates since the last one, averaged."""
+    p, window = progress, progress.window
+    loss = window["loss"] / max(window["updates"], 1)
+    speed = window["tokens"] / max(window["time"], 1e-9)
+    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}", refresh=False)
+    log.info("update %d: loss %.3f, lr %.3e, %s target tokens/s, epoch %d, %.0f s", p.update,
+             loss, lr, f"{speed:,.0f}", p.epoch + 1, p.elapsed)
+    records.write({"update": p.update, "train_loss": loss, "lr": lr, "tokens_per_s": speed,
+                   "elapsed": p.elapsed}, split="train")
+    p.window = empty_window()
+
+
+def summary(progress: Progress, reason: str, epochs: float, checkpoints: Path) -> None:
+    p = progress
+    best = f", best valid BLEU {p.best_bleu:.2f}" if p.best_bleu is not None else ""
+    log.info("stopped (%s) after %d updates, %.2f epochs, %.0f s, %s target tokens/s on "
+             "average%s; checkpoints in %s", reason, p.update, epochs, p.elapsed,
+             f"{p.tokens / max(p.elapsed, 1e-9):,.0f}", best, checkpoints)
+
+
+def nothing_to_do(run_dir: Path, reason: str, train) -> None:
+    """A resumed run that has already reached its limit: say how to go on."""
+    key, more = {"max_updates": ("train.max_updates", train.max_updates * 2),
+                 "max_time": ("train.max_time", f"{train.max_time * 2:g}"),
+                 "max_epochs": ("train.max_epochs", train.max_epochs * 2)
+                 }[reason.split("=")[0].removeprefix("reached ")]
+    log.info("%s has already %s: nothing to train. To go on, raise the limit, e.g. "
+             "`transduce train --resume %s %s=%s`", run_dir, reason, run_dir, key, more)
+
+
+def validation(progress: Progress, result, best: bool) -> None:
+    scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, exact {result.exact:.1%}"
+              if result.bleu is not None else "")
+    log.info("update %d: valid loss %.3f, ppl %.2f%s%s", progress.update, result.loss,
+             result.perplexity, scores, " (best)" if best else "")
