@@ -121,29 +121,28 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
 
 def check_translate_options(args: argparse.Namespace) -> None:
     """Combinations of options that cannot work: one line each, before anything is loaded."""
-    def refuse(message: str) -> None:
-        raise UserError(message)
-
     if args.interactive:
         for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
                             (args.attention, "--attention")):
             if given:
-                refuse(f"--interactive translates what you type and prints it: it takes no "
-                       f"{name}")
+                raise UserError(f"--interactive translates what you type and prints it: it "
+                                f"takes no {name}")
     sampling = {"--temperature": args.temperature, "--top-k": args.top_k,
                 "--top-p": args.top_p, "--seed": args.seed}
     if args.sample:
         for given, name in ((args.beam, "--beam"), (args.lenpen, "--lenpen"),
                             (args.stopping, "--stopping"), (args.nbest > 1, "--nbest")):
             if given:
-                refuse(f"--sample draws one translation instead of searching: it takes no {name}")
+                raise UserError(f"--sample draws one translation instead of searching: it "
+                                f"takes no {name}")
     else:
         for name, value in sampling.items():
             if value is not None:
-                refuse(f"{name} is an option of --sample (drawing translations at random)")
+                raise UserError(f"{name} is an option of --sample (drawing translations at "
+                                "random)")
     for given, name in ((args.layer is not None, "--layer"), (args.heads, "--heads")):
         if given and not args.attention:
-            refuse(f"{name} is an option of --attention DIR (the heatmaps)")
+            raise UserError(f"{name} is an option of --attention DIR (the heatmaps)")
 
 
 def search_options(args: argparse.Namespace, translator: Translator) -> dict:

@@ -44,6 +44,15 @@ class PreparedData:
     valid_corpus: object | None  # the raw validation text, for BLEU against references
     max_length: int  # tokens: training pairs with a longer side are skipped
 
+    def check_not_empty(self) -> None:
+        """Training needs pairs, and validation, when it has a split, needs some too: otherwise
+        a clear error now instead of a loop that never finds a batch."""
+        for name, what, split in (("train", "training", self.train),
+                                  ("valid", "validation", self.valid)):
+            if split is not None and len(split) == 0:
+                raise UserError(f"no {what} pairs: {split.skips.report(name)}; check the "
+                                "corpus, or loosen data.max_length / data.max_length_ratio")
+
 
 def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None = None, *,
             max_positions: int | None = None) -> PreparedData:

@@ -21,7 +21,7 @@ from transduce.files import check_writable
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
-from transduce.runs.load import read_config
+from transduce.runs.load import check_fits, read_config
 from transduce.training import report, schedule, state
 from transduce.training.devices import precision, training_device
 from transduce.training.distributed import World
@@ -84,7 +84,7 @@ class Trainer:
                 tokenizers = tokenizers or Tokenizers.load(self.run_dir)
             self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
                                         max_positions=config.model.max_positions)
-        _check_not_empty(self.data)
+        self.data.check_not_empty()
         tok = self.data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)
@@ -119,7 +119,7 @@ class Trainer:
             log.warning("resuming from %s, the newest intact checkpoint", path)
         config = read_config(run_dir, overrides)
         tokenizers = Tokenizers.load(run_dir)
-        _check_fits(config, tokenizers, weights, path)  # before anything is written
+        check_fits(config, tokenizers, weights, path)  # before anything is written
         trainer = cls(config, run_dir, tokenizers=tokenizers, new_run=False)
         trainer._load(path, weights, training, reset_optimizer=reset_optimizer,
                       reset_schedule=reset_schedule)
@@ -377,30 +377,6 @@ class Trainer:
             reset_schedule=reset_schedule, path=path)
         log.info("resumed from %s at update %d", path, self.progress.update)
 
-
-
-def _check_fits(config: Config, tokenizers: Tokenizers, weights: dict, path: Path) -> None:
-    """A `UserError` unless the model `config` describes holds `weights` (a resumed run whose
-    overrides change the model's shape), found on the meta device: no memory, no time."""
-    model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
-                                        shared_vocab=tokenizers.shared)
-    with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in Transformer(model_config).state_dict().items()}
-    wrong = sorted(k for k, v in weights.items() if shapes.get(k) != tuple(v.shape))
-    if wrong:
-        raise UserError(f"{path}: its weights do not fit the model the configuration now "
-                        f"describes ({len(wrong)} tensors differ, e.g. {wrong[0]}); a resumed "
-                        "run keeps its model's shape")
-
-
-def _check_not_empty(data: PreparedData) -> None:
-    """Training needs pairs, and validation, when it has a split, needs some too: otherwise a
-    clear error now instead of a loop that never finds a batch."""
-    for name, what, split in (("train", "training", data.train),
-                              ("valid", "validation", data.valid)):
-        if split is not None and len(split) == 0:
-            raise UserError(f"no {what} pairs: {split.skips.report(name)}; check the corpus, or "
-                            "loosen data.max_length / data.max_length_ratio")
 
 
 __all__ = ["Progress", "Trainer", "TrainingError"]
