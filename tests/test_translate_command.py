@@ -40,11 +40,13 @@ def _run(argv, capsys):
 
 
 INVALID = [
-    (["--beam", "0"], "argument --beam: must be at least 1, got 0"),
+    (["--beam", "0"], "--beam must be >= 1, got 0"),
+    (["--beam", "two"], "argument --beam: invalid int value: 'two'"),
     (["--nbest", "0"], "argument --nbest: must be at least 1, got 0"),
-    (["--max-tokens", "0"], "argument --max-tokens: must be at least 1"),
-    (["--min-len", "-1"], "argument --min-len: must be at least 0"),
-    (["--max-len-a", "-0.5"], "argument --max-len-a: must be at least 0.0"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+    (["--min-len", "-1"], "--max-len-a, --max-len-b and --min-len must be >= 0"),
+    (["--max-len-a", "-0.5"], "--max-len-a, --max-len-b and --min-len must be >= 0"),
+    (["--length-normalization", "log"], "argument --length-normalization: invalid choice"),
     (["--sample", "--top-p", "1.5"], "argument --top-p: must be in (0, 1]"),
     (["--sample", "--temperature", "0"], "argument --temperature: must be positive"),
     (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'"),

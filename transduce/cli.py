@@ -12,11 +12,12 @@ import typing
 from pathlib import Path
 
 from transduce import __version__, runtime
-from transduce.config import field_comments, load_config
+from transduce.config import load_config
 from transduce.data.config import TOKENIZERS, DataConfig
 from transduce.data.datasets import DATASETS
 from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
+from transduce.options import add_config_options
 from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce import translate_command
 from transduce.runs.claim import holds_run
@@ -171,41 +172,6 @@ def _quickstart(args: argparse.Namespace) -> None:
     quickstart(Path(args.run_dir), args.overrides)
 
 
-def _add_config_options(parser: argparse.ArgumentParser, config_type, *,
-                        aliases: dict | None = None, defaults: dict | None = None,
-                        skip: tuple[str, ...] = (), choices: dict | None = None) -> None:
-    """One --option per field of a config dataclass (but those in skip), named after it, typed
-    like it, its help the comment beside the field."""
-    hints = typing.get_type_hints(config_type)
-    comments = field_comments(config_type)
-    for field in dataclasses.fields(config_type):
-        if field.name in skip:
-            continue
-        flags = [f"--{field.name.replace('_', '-')}", *(aliases or {}).get(field.name, ())]
-        default = (defaults or {}).get(field.name, field.default)
-        help_text = f"{comments.get(field.name, '')} (default: {default})".strip()
-        kind = hints[field.name]
-        if kind is bool:
-            parser.add_argument(*flags, dest=field.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=comments.get(field.name))
-            continue
-        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        convert = _or_null(base) if type(None) in typing.get_args(kind) else base
-        allowed = (choices or {}).get(field.name)
-        metavar = ("{" + ",".join("null" if c is None else c for c in allowed) + "}" if allowed
-                   else base.__name__.upper())
-        parser.add_argument(*flags, dest=field.name, type=convert, default=default,
-                            metavar=metavar, help=help_text.replace("%", "%%"), choices=allowed)
-
-
-def _or_null(convert):
-    """An optional setting: 'null' (as in YAML) or 'none' unsets it."""
-    def parse(text: str):
-        return None if text.lower() in ("null", "none") else convert(text)
-    parse.__name__ = convert.__name__
-    return parse
-
-
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line that says where to find help."""
 
@@ -233,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--out", required=True,
                          help="directory for the tokenizer and the binarized data (not a run "
                               "directory)")
-    _add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
+    add_config_options(prepare, DataConfig, aliases={"dir": ["--data-dir"]},
                         defaults={"dataset": None},
                         skip=("bpe_dropout", "bidirectional_epochs"),  # training-time only
                         choices={"tokenizer": TOKENIZERS, "dataset": (*DATASETS, None)})

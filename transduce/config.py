@@ -207,22 +207,27 @@ def _plain(values: dict) -> dict:
 
 
 _FIELD_LINE = re.compile(r"^    (\w+): [^#]*?(?:#\s?(.*))?$")
-_CONTINUED = re.compile(r"^\s+#\s*(.*)$")
+_CONTINUED = re.compile(r"^\s+#\s{2,}(.*)$")  # a comment's next line, aligned under its text
+_ABOVE = re.compile(r"^    # (\S.*)$")  # a comment above a field, about it
 
 
 @functools.cache
 def field_comments(config_type) -> dict[str, str]:
-    """The comment written beside each field of a config dataclass (continued on the `#` lines
-    below it), as one line each: the documentation of every configuration key."""
+    """The comment written about each field of a config dataclass (above it, beside it, and on
+    the aligned `#` lines below it), as one line each: the documentation of every key."""
     comments: dict[str, str] = {}
-    name = None
+    fields = {f.name for f in dataclasses.fields(config_type)}
+    name, above = None, []
     for line in inspect.getsource(config_type).splitlines():
-        if (field_line := _FIELD_LINE.match(line)) and field_line.group(1) in {
-                f.name for f in dataclasses.fields(config_type)}:
+        if (field_line := _FIELD_LINE.match(line)) and field_line.group(1) in fields:
             name = field_line.group(1)
-            comments[name] = (field_line.group(2) or "").strip()
+            beside = (field_line.group(2) or "").strip()
+            comments[name] = "; ".join(part for part in (" ".join(above), beside) if part)
+            above = []
         elif name and (more := _CONTINUED.match(line)):
             comments[name] = f"{comments[name]} {more.group(1).strip()}".strip()
+        elif comment := _ABOVE.match(line):
+            name, above = None, [*above, comment.group(1).strip()]
         else:
-            name = None
+            name, above = None, []
     return comments

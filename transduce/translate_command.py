@@ -4,6 +4,7 @@ their runs, which never throw away finished translations."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import typing
@@ -11,13 +12,16 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
-from transduce.decoding.config import DTYPES, STOPPING
+from transduce.options import add_config_options
+from transduce.decoding.config import DTYPES, LENGTH_NORMALIZATIONS, STOPPING, DecodeConfig
 
 if typing.TYPE_CHECKING:
     from transduce.decoding.translator import Translator
 
 CHUNK = 2000  # input lines translated and written at a time: what Ctrl-C keeps
 INTERRUPTED = 130
+FIELDS = [f.name for f in dataclasses.fields(DecodeConfig)]  # each a search option, named
+FLAGS = {"beam_size": ["--beam"], "length_penalty": ["--lenpen"]}  # ... as it always was
 
 
 def at_least(low: float, kind=int):
@@ -53,24 +57,10 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
                         help="which of its checkpoints (of each model's): averaged, best, latest, "
                              "update_0007000, ... or a checkpoint's path (default: averaged, "
                              "else best)")
-    parser.add_argument("--beam", type=at_least(1),
-                        help="beam size (1: greedy search; default: the run's decode.beam_size)")
-    parser.add_argument("--lenpen", type=float,
-                        help="length penalty alpha: scores divided by ((5 + |y|) / 6)^alpha "
-                             "(GNMT; default: the run's decode.length_penalty)")
-    parser.add_argument("--max-len-a", type=at_least(0.0, float),
-                        help="longest output: a * source length + b tokens (default: the run's "
-                             "decode.max_len_a)")
-    parser.add_argument("--max-len-b", type=at_least(0),
-                        help="b of the longest output (default: the run's decode.max_len_b)")
-    parser.add_argument("--min-len", type=at_least(0),
-                        help="tokens before the end of a sentence is allowed (default: the "
-                             "run's decode.min_len)")
-    parser.add_argument("--stopping", choices=STOPPING,
-                        help="beam search ends a sentence when no live beam beats its n-best "
-                             "finished ones at its current length (early) or at any length (exact)")
-    parser.add_argument("--max-tokens", type=at_least(1),
-                        help="source tokens per batch (default: the run's decode.max_tokens)")
+    add_config_options(parser, DecodeConfig, names=FLAGS, defaults=dict.fromkeys(FIELDS),
+                       default_text="the run's decode.{name}",
+                       choices={"stopping": STOPPING,
+                                "length_normalization": LENGTH_NORMALIZATIONS})
     parser.add_argument("--device", default="auto",
                         help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -120,7 +110,9 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_translate_options(args: argparse.Namespace) -> None:
-    """Combinations of options that cannot work: one line each, before anything is loaded."""
+    """Values and combinations of options that cannot work: one line each, before anything is
+    loaded."""
+    decode_options(args)
     if args.interactive:
         for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
                             (args.attention, "--attention")):
@@ -130,7 +122,7 @@ def check_translate_options(args: argparse.Namespace) -> None:
     sampling = {"--temperature": args.temperature, "--top-k": args.top_k,
                 "--top-p": args.top_p, "--seed": args.seed}
     if args.sample:
-        for given, name in ((args.beam, "--beam"), (args.lenpen, "--lenpen"),
+        for given, name in ((args.beam_size, "--beam"), (args.length_penalty, "--lenpen"),
                             (args.stopping, "--stopping"), (args.nbest > 1, "--nbest")):
             if given:
                 raise UserError(f"--sample draws one translation instead of searching: it "
@@ -145,16 +137,31 @@ def check_translate_options(args: argparse.Namespace) -> None:
             raise UserError(f"{name} is an option of --attention DIR (the heatmaps)")
 
 
+def decode_options(args: argparse.Namespace) -> dict:
+    """The search settings given as options ({field: value}), checked as `DecodeConfig` checks
+    them, its messages naming the options."""
+    options = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
+    try:
+        DecodeConfig(**options)
+    except UserError as error:
+        message = str(error)
+        for name in FIELDS:
+            message = message.replace(f"decode.{name}", _flag(name))
+        raise UserError(message) from None
+    return options
+
+
+def _flag(name: str) -> str:
+    return FLAGS.get(name, [f"--{name.replace('_', '-')}"])[0]
+
+
 def search_options(args: argparse.Namespace, translator: Translator) -> dict:
     """The search settings the options give, checked against the loaded model."""
-    options = {k: v for k, v in dict(
-        beam_size=args.beam, length_penalty=args.lenpen, max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b, min_len=args.min_len, max_tokens=args.max_tokens,
-        stopping=args.stopping).items() if v is not None}
+    options = decode_options(args)
     beam = options.get("beam_size", translator.decode.beam_size)
     nbest = getattr(args, "nbest", 1)
     if nbest > beam and not getattr(args, "sample", False):
-        where = "--beam" if args.beam else f"the run's decode.beam_size, {beam}"
+        where = "--beam" if args.beam_size else f"the run's decode.beam_size, {beam}"
         raise UserError(f"--nbest {nbest} needs a beam at least as large ({where}); pass "
                         f"--beam {nbest}")
     if getattr(args, "sample", False):
@@ -279,6 +286,7 @@ def _interactive(translator: Translator, options: dict) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     import sacrebleu
 
+    decode_options(args)
     output = (check_output_file(Path(args.output), what="-o", inputs=(args.src, args.ref))
               if args.output else None)
     sources, references = read_input(args.src), read_input(args.ref)

@@ -8,20 +8,22 @@ from transduce.errors import UserError
 
 STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
 DTYPES = ("float32", "bfloat16", "float16")  # what a Translator may decode in
+LENGTH_NORMALIZATIONS = ("gnmt", "power")
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
     """How to search for translations (validation BLEU, translate, evaluate)."""
 
-    beam_size: int = 4  # 1: greedy search
+    beam_size: int = 4  # hypotheses kept per sentence (1: greedy search)
     length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha
-    length_normalization: str = "gnmt"  # or "power": divided by |y|^alpha (HF, CTranslate2)
+    length_normalization: str = "gnmt"  # "gnmt" as above, or "power": scores divided by
+    #                                      |y|^alpha (Hugging Face, CTranslate2)
     # when a sentence's beam search ends, once it holds its n-best finished hypotheses:
     # "early" when no live beam scores better than the worst of them at its current length (as
     # Hugging Face generate() by default, CTranslate2, fairseq); "exact" only when no live beam
     # could beat it even at the maximum length (provably the best under the length penalty)
-    stopping: str = "early"  # one of STOPPING
+    stopping: str = "early"  # one of STOPPING; exact takes about twice as long
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
     max_len_b: int = 50  # ... (b of the limit above)
     min_len: int = 1  # tokens before <eos> is allowed
@@ -34,7 +36,7 @@ class DecodeConfig:
             raise UserError("decode.max_len_a, decode.max_len_b and decode.min_len must be >= 0")
         if self.max_tokens < 1:
             raise UserError(f"decode.max_tokens must be >= 1, got {self.max_tokens}")
-        if self.length_normalization not in ("gnmt", "power"):
+        if self.length_normalization not in LENGTH_NORMALIZATIONS:
             raise UserError(f"decode.length_normalization must be 'gnmt' or 'power', got "
                             f"{self.length_normalization!r}")
         if self.stopping not in STOPPING:
