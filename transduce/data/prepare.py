@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,15 @@ class PreparedData:
     train_corpus: object  # the raw training text (BPE-dropout segments it anew each epoch)
     valid_corpus: object | None  # the raw validation text, for BLEU against references
     max_length: int  # tokens: training pairs with a longer side are skipped
+
+    @functools.cached_property
+    def valid_references(self) -> list[str]:
+        """The target side of each kept validation pair, as text (lowercased when the tokenizers
+        lowercase: then so are the translations), to score translations of the split against."""
+        keep = set(self.valid.pair_ids.tolist())
+        lowercase = self.tokenizers.lowercase
+        return [t.lower() if lowercase else t
+                for i, (_, t) in enumerate(self.valid_corpus.pairs()) if i in keep]
 
     def check_not_empty(self) -> None:
         """Training needs pairs, and validation, when it has a split, needs some too: otherwise

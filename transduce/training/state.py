@@ -32,6 +32,23 @@ class Progress:
     history: list = field(default_factory=list)  # validation results
     window: dict = field(default_factory=empty_window)  # since the last log line
 
+    def validated(self, result, *, by_bleu: bool) -> tuple[bool, dict]:
+        """Record a validation result; returns whether it is the best so far (by BLEU, ties,
+        e.g. one-word outputs where BLEU is 0, by loss; by loss alone without BLEU) and its
+        record."""
+        score = (result.bleu if by_bleu else 0.0, -result.loss)
+        best_score = ((self.best_bleu if by_bleu else 0.0, -self.best_loss)
+                      if self.best_loss is not None else None)
+        best = best_score is None or score > best_score
+        if best:
+            self.best_bleu, self.best_loss = result.bleu, result.loss
+        self.bad_validations = 0 if best else self.bad_validations + 1
+        record = {"update": self.update, "valid_loss": result.loss,
+                  "valid_ppl": result.perplexity, "valid_bleu": result.bleu,
+                  "valid_chrf": result.chrf, "valid_exact": result.exact}
+        self.history.append(record)
+        return best, record
+
     def count(self, loss: float, tokens: int, seconds: float) -> None:
         """Add an update to the window the next log line averages over."""
         w = self.window

@@ -97,7 +97,6 @@ class Trainer:
         self.epochs = Epochs(self.data, config.data, seed=train.seed)
         self.schedule = schedule.from_config(train, d_model=self.model_config.d_model)
         self.progress = Progress()
-        self._references = None
         self._interrupts = Interrupts()
         self._consecutive_bad = 0
         self._resumed = False
@@ -326,13 +325,7 @@ class Trainer:
                         device=self.device, autocast=self._autocast)
 
     def references(self) -> list[str]:
-        if self._references is None:
-            keep = set(self.data.valid.pair_ids.tolist())
-            lowercase = self.data.tokenizers.lowercase  # then so are the translations
-            self._references = [t.lower() if lowercase else t
-                                for i, (_, t) in enumerate(self.data.valid_corpus.pairs())
-                                if i in keep]
-        return self._references
+        return self.data.valid_references
 
     def _validate_and_save(self, records: Records | NoRecords) -> bool:
         """Validate, checkpoint (marking the best), and say whether to stop early. With several
@@ -341,18 +334,7 @@ class Trainer:
         result = self.validate() if self.world.main else None
         best = True
         if result is not None:
-            # the best by BLEU, ties (e.g. one-word outputs, where BLEU is 0) by loss
-            score = (result.bleu if cfg.bleu else 0.0, -result.loss)
-            best_score = (p.best_bleu if cfg.bleu else 0.0,
-                          -p.best_loss) if p.best_loss is not None else None
-            best = best_score is None or score > best_score
-            if best:
-                p.best_bleu, p.best_loss = result.bleu, result.loss
-            p.bad_validations = 0 if best else p.bad_validations + 1
-            record = {"update": p.update, "valid_loss": result.loss,
-                      "valid_ppl": result.perplexity, "valid_bleu": result.bleu,
-                      "valid_chrf": result.chrf, "valid_exact": result.exact}
-            p.history.append(record)
+            best, record = p.validated(result, by_bleu=cfg.bleu)
             records.write(record, split="valid")
             report.validation(p, result, best)
         self._save(best=best)
