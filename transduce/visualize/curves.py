@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from transduce.errors import UserError
+from transduce.training import records
+from transduce.training.records import METRICS
 
 
 def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    """The train and valid records of a run, in order."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """The train and valid records of a run, in order (a last line cut short by a kill is left
+    out, as a resumed run leaves it out)."""
+    path = Path(run_dir) / METRICS
     if not path.is_file():
         raise UserError(f"{path}: no metrics here (is {run_dir} a run directory of "
                         "transduce train?)")
-    train, valid = [], []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError(f"{path}:{n}: not a JSON record") from None
-        (valid if record.get("split") == "valid" else train).append(record)
-    return train, valid
+    rows = records.read_metrics(path)
+    return ([r for r in rows if r.get("split") != "valid"],
+            [r for r in rows if r.get("split") == "valid"])
 
 
 def plot_training(run_dir: Path, out: Path | None = None) -> Path:
