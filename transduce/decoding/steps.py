@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from transduce.model.cache import copy_rows, moved_rows
-from transduce.model.linear import ONEDNN
+from transduce.kernels.linear import ONEDNN
 from transduce.model.transformer import Transformer
 
 

@@ -8,39 +8,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transduce.kernels.attention import fused_attention, fused_attention_pays
+from transduce.kernels.linear import Linear, linear
 from transduce.model.cache import KVCache
-from transduce.model.linear import Linear, linear
 from transduce.model.masks import causal_mask
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
               causal: bool = False, dropout: float = 0.0) -> Tensor:
-    """softmax(Q K^T / sqrt(Dh)) V on PyTorch's fused kernel.
+    """softmax(Q K^T / sqrt(Dh)) V, on PyTorch's fused kernel where it pays (transduce.kernels).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); mask broadcastable to (B, H, T_q, T_k), True =
     may attend; `causal` adds the causal mask (queries and keys aligned at the end).
     Returns (B, H, T_q, Dh); a query that may attend to nothing gets zeros.
     """
-    if _slow_backward_on_cpu(q):
-        with torch.autocast("cpu", enabled=False):
-            out = attention(q.float(), k.float(), v.float(), mask, causal=causal, dropout=dropout)
-        return out.to(q.dtype)
     causal = causal and q.shape[2] > 1  # a single newest query may see every key
-    if q.shape[2] == 1 and not (q.requires_grad and torch.is_grad_enabled()) and not dropout:
-        # a decoding step's single query: for one query the fused kernel's set-up costs more
-        # than the work (2x on a CPU, tiny model, beam search), so two plain matrix products
-        return attention_with_weights(q, k, v, mask)[0]
+    if not fused_attention_pays(q, dropout):
+        return attention_with_weights(q, k, v, mask, causal=causal, dropout=dropout)[0]
     if causal and q.shape[2] == k.shape[2] and mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return fused_attention(q, k, v, causal=True, dropout=dropout)
     mask = _with_causal(mask, q, k) if causal else mask
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-
-
-def _slow_backward_on_cpu(q: Tensor) -> bool:
-    """PyTorch's CPU kernel runs its backward pass 2-3.5x slower in bf16/fp16 than in fp32
-    (benchmarks/train_step.py profile, 2 cores), so training under autocast attends in fp32."""
-    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
-            and q.requires_grad and torch.is_grad_enabled())
+    return fused_attention(q, k, v, mask, dropout=dropout)
 
 
 def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transduce.model.dropout import Dropout
+from transduce.kernels.dropout import Dropout
 
 
 def sinusoidal_encoding(n_positions: int, d_model: int) -> Tensor:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transduce.kernels.dropout import Dropout
+from transduce.kernels.linear import Linear
 from transduce.model.attention import MultiHeadAttention
-from transduce.model.dropout import Dropout
-from transduce.model.linear import Linear
 from transduce.model.cache import LayerCache
 from transduce.model.config import ModelConfig
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from transduce.kernels.linear import Linear
 from transduce.model.cache import DecoderCache
 from transduce.model.config import ModelConfig
 from transduce.model.embeddings import (LearnedPositions, SinusoidalPositions,
                                         TransformerEmbedding, token_embedding)
 from transduce.model.layers import DecoderLayer, EncoderLayer
-from transduce.model.linear import Linear
 from transduce.model.masks import padding_mask
 
 

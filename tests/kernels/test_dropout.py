@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from transduce.model.dropout import Dropout, dropout, keep_mask
+from transduce.kernels.dropout import Dropout, dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transduce import kernels
+
 
 def cpu_vendor() -> str:
     """The CPU's vendor as Linux names it ("GenuineIntel", "AuthenticAMD"), or "" if unknown."""
@@ -32,7 +34,8 @@ def cpu_vendor() -> str:
 
 ONEDNN_AVAILABLE = (torch.backends.mkldnn.is_available()
                     and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-ONEDNN = ONEDNN_AVAILABLE and cpu_vendor() == "AuthenticAMD"  # see above: MKL's AVX2 on AMD
+# see above: MKL's AVX2 on AMD; the reference paths (TRANSDUCE_KERNELS=reference) use F.linear
+ONEDNN = ONEDNN_AVAILABLE and cpu_vendor() == "AuthenticAMD" and kernels.fast()
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

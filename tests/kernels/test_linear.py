@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.model import linear as module
-from transduce.model.linear import Linear, linear
+from transduce.kernels import linear as module
+from transduce.kernels.linear import Linear, linear
 
 needs_onednn = pytest.mark.skipif(not module.ONEDNN_AVAILABLE,
                                   reason="this PyTorch has no oneDNN linear")

@@ -3,7 +3,8 @@
 On CPU, PyTorch draws the dropout mask one Bernoulli sample at a time, and that alone took about a
 fifth of a training step of the `tiny` model (profiled on 2 cores). Here one 64-bit random draw
 gives four 15-bit uniform numbers, each compared with p: the same Bernoulli(1 - p) keep mask up to
-a quantisation of p to 1/32768, about 8x faster. Other devices use PyTorch's fused kernel.
+a quantisation of p to 1/32768, about 8x faster. Other devices, and the reference paths
+(TRANSDUCE_KERNELS=reference), use PyTorch's `F.dropout`.
 The mask comes from PyTorch's default generator, so `torch.manual_seed` makes it reproducible.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transduce import kernels
 
 _LEVELS = 1 << 15  # uniform 15-bit numbers: an int16 with its sign bit cleared
 
@@ -43,7 +46,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Zero each element with probability p and scale the rest by 1 / (1 - p), when training."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or not kernels.fast():
         return F.dropout(x, p, training=True)
     return _MaskedScale.apply(x, keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p))
 

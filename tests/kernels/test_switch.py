@@ -1,0 +1,82 @@
+"""The fast kernels against the plain PyTorch reference paths (TRANSDUCE_KERNELS=reference): a
+training step and a beam search run both ways, each in a fresh process, give the same results."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# a training step's loss and gradients (R-Drop's loss and the plain one: both fused kernels),
+# then a beam search
+SCRIPT = r"""
+import sys
+import torch
+from transduce import kernels
+from transduce.decoding.config import DecodeConfig
+from transduce.decoding.search import search
+from transduce.model.config import ModelConfig
+from transduce.model.transformer import Transformer
+from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
+
+torch.manual_seed(0)
+model = Transformer(ModelConfig(d_model=32, d_ff=64, n_heads=4, n_encoder_layers=2,
+                                n_decoder_layers=2, dropout=0.0, src_vocab_size=60,
+                                tgt_vocab_size=60, max_positions=64))
+src, tgt = torch.randint(4, 60, (6, 9)), torch.randint(4, 60, (6, 8))
+src[2, 6:] = tgt[3, 5:] = 1  # padding
+tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+hidden = model.features(src.repeat(2, 1), tgt_in.repeat(2, 1))
+rdrop = r_drop_loss(hidden, model.output.weight, tgt_out.repeat(2, 1), alpha=5.0)
+loss = projected_label_smoothed_cross_entropy(model.features(src, tgt_in), model.output.weight,
+                                              tgt_out) + rdrop
+loss.backward()
+grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+model.eval()
+with torch.no_grad():
+    found = search(model, src, DecodeConfig(beam_size=4, max_len_b=12), nbest=2)
+torch.save({"fast": kernels.fast(), "loss": loss.detach(), "grads": grads,
+            "tokens": [[h.tokens for h in hyps] for hyps in found],
+            "scores": torch.tensor([[h.score for h in hyps] for hyps in found])}, sys.argv[1])
+"""
+
+
+def _run(tmp_path: Path, kernels: str) -> dict:
+    out = tmp_path / f"{kernels}.pt"
+    env = {**os.environ, "TRANSDUCE_KERNELS": kernels, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", SCRIPT, str(out)], check=True, env=env, cwd=tmp_path)
+    return torch.load(out, weights_only=False)
+
+
+def test_a_training_step_and_a_beam_search_equal_the_reference_paths(tmp_path):
+    fast, reference = _run(tmp_path, "fast"), _run(tmp_path, "reference")
+    assert fast["fast"] and not reference["fast"]
+    torch.testing.assert_close(fast["loss"], reference["loss"])
+    for name, grad in reference["grads"].items():  # float32 sums in other orders
+        torch.testing.assert_close(fast["grads"][name], grad, rtol=1e-4,
+                                   atol=1e-5 * grad.abs().max().item(), msg=name)
+    assert fast["tokens"] == reference["tokens"]
+    torch.testing.assert_close(fast["scores"], reference["scores"])
+
+
+def test_an_unknown_switch_value_warns_and_keeps_the_fast_paths(tmp_path):
+    env = {**os.environ, "TRANSDUCE_KERNELS": "quick", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", "from transduce import kernels; "
+                           "print(kernels.fast())"], env=env, capture_output=True, text=True,
+                          check=True, cwd=tmp_path)
+    assert done.stdout.strip() == "True"
+    assert "TRANSDUCE_KERNELS='quick' is not one of fast, reference" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["reference", " Reference "])
+def test_the_switch_turns_every_fast_path_off(tmp_path, value):
+    env = {**os.environ, "TRANSDUCE_KERNELS": value, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", "from transduce import kernels; "
+                           "from transduce.kernels import linear; "
+                           "print(kernels.fast(), linear.ONEDNN)"], env=env,
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert done.stdout.split() == ["False", "False"]
