@@ -24,13 +24,13 @@ import torch
 
 from transduce.config import load_config
 from transduce.data.tokenizer import Tokenizers
-from transduce.training.trainer import Trainer
+from transduce.training.start import start_run
 
 
 def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
     """Target tokens/s of `updates` updates (after 5 untimed), and ms per update by part."""
     config = load_config(run / "config.yaml", [f"data.max_tokens={max_tokens}"])
-    trainer = Trainer(config, out, tokenizers=Tokenizers.load(run))
+    trainer = start_run(config, out, tokenizers=Tokenizers.load(run))
     world = trainer.world
     parts = {"compute": 0.0, "sum gradients": 0.0, "agree to stop": 0.0}
 
@@ -44,7 +44,7 @@ def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
 
     trainer.accumulate_gradients = timed("compute", trainer.accumulate_gradients)
     object.__setattr__(world, "sum_gradients", timed("sum gradients", world.sum_gradients))
-    agree = timed("agree to stop", trainer._agreed_stop)
+    agree = timed("agree to stop", trainer.stop_reason)
     stream = trainer.epochs.stream(trainer.progress)
     tokens, start = 0, 0.0
     for step in range(5 + updates):
@@ -54,7 +54,7 @@ def measure(run: Path, updates: int, max_tokens: int, out: Path) -> dict:
         agree()
         batches = [next(stream) for _ in range(world.size)]
         tokens += sum(b.n_tgt_tokens for b in batches)
-        trainer._step(*trainer._gradients(batches))
+        trainer.step(*trainer.gradients(batches))
     seconds = time.perf_counter() - start
     return {"tokens/s": tokens / seconds, "ms/update": 1000 * seconds / updates,
             **{name: 1000 * value / updates for name, value in parts.items()}}

@@ -10,7 +10,7 @@ from transduce import translate_command
 from transduce.cli import main
 from transduce.config import load_config
 from transduce.decoding.translator import Translator
-from transduce.training.trainer import Trainer
+from transduce.training.start import start_run
 
 from .training.test_trainer import FAST
 
@@ -18,7 +18,7 @@ from .training.test_trainer import FAST
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("model") / "run"
-    Trainer(load_config(overrides=[*FAST, "train.max_updates=4", "model.max_positions=40",
+    start_run(load_config(overrides=[*FAST, "train.max_updates=4", "model.max_positions=40",
                                    "decode.beam_size=2"]), run).train()
     return run
 

@@ -14,7 +14,7 @@ def train(config=None, run_dir: str | Path = "runs/run", overrides: list[str] = 
     """
     from transduce import runtime
     from transduce.config import Config, load_config
-    from transduce.training.trainer import Trainer
+    from transduce.training.start import start_run
 
     runtime.tune()
 
@@ -24,16 +24,16 @@ def train(config=None, run_dir: str | Path = "runs/run", overrides: list[str] = 
         resolved = load_config(base=config, overrides=list(overrides))
     else:
         resolved = load_config(Path(config) if config else None, list(overrides))
-    return Trainer(resolved, Path(run_dir)).train()
+    return start_run(resolved, Path(run_dir)).train()
 
 
 def resume(run_dir: str | Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
            reset_schedule: bool = False):
     """Continue a run exactly where its latest checkpoint left it, as `transduce train --resume`."""
     from transduce import runtime
-    from transduce.training.trainer import Trainer
+    from transduce.training.start import resume_run
 
     runtime.tune()
 
-    return Trainer.resume(Path(run_dir), list(overrides), reset_optimizer=reset_optimizer,
-                          reset_schedule=reset_schedule).train()
+    return resume_run(Path(run_dir), list(overrides), reset_optimizer=reset_optimizer,
+                      reset_schedule=reset_schedule).train()

@@ -65,7 +65,7 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from transduce.training.trainer import Trainer
+    from transduce.training.start import resume_run, start_run
 
     if args.nproc < 1:
         raise UserError(f"--nproc must be at least 1, got {args.nproc}")
@@ -81,9 +81,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config:  # `train --resume DIR key=value`: the first override lands in config
             args.overrides.insert(0, args.config)
-        trainer = Trainer.resume(Path(args.resume), args.overrides,
-                                 reset_optimizer=args.reset_optimizer,
-                                 reset_schedule=args.reset_schedule)
+        trainer = resume_run(Path(args.resume), args.overrides,
+                             reset_optimizer=args.reset_optimizer,
+                             reset_schedule=args.reset_schedule)
     else:
         if args.config and "=" in args.config and not Path(args.config).is_file():
             args.overrides.insert(0, args.config)  # no file: the defaults plus overrides
@@ -91,7 +91,7 @@ def _train(args: argparse.Namespace) -> int:
         path = _config_path(args.config) if args.config else None
         config = load_config(path, args.overrides)
         name = path.stem if path else "run"
-        trainer = Trainer(config, Path(args.run_dir or Path("runs") / name))
+        trainer = start_run(config, Path(args.run_dir or Path("runs") / name))
     trainer.train()
     return 130 if trainer.interrupted else 0
 

@@ -19,6 +19,7 @@ from transduce.data.prepare import corpus
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 from transduce.runs.claim import holds_run
+from transduce.training.start import resume_run, start_run
 from transduce.training.trainer import Trainer
 from transduce.visualize.attention import save_attention_maps
 
@@ -33,12 +34,12 @@ def _trainer(config: Config, run_dir: Path, overrides: list[str]) -> Trainer:
     """A new run, or, when `run_dir` holds the quickstart run of these settings already, that run
     continued (to its end: a finished one is only evaluated again)."""
     if not holds_run(run_dir):
-        return Trainer(config, run_dir)
+        return start_run(config, run_dir)
     held = load_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
     if held == config:
         log.info("%s holds this quickstart run already: going on from its latest checkpoint",
                  run_dir)
-        return Trainer.resume(run_dir)
+        return resume_run(run_dir)
     differences = _differences(held.to_dict(), config.to_dict()) if held else ["its config.yaml"]
     again = " ".join(["transduce quickstart", *overrides, "--run-dir NEW_DIR"])
     raise UserError(f"{run_dir} holds a run with other settings ({'; '.join(differences[:3])}); "

@@ -8,7 +8,7 @@ from transduce.cli import main
 from transduce.config import load_config
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
-from transduce.training.trainer import Trainer
+from transduce.training.start import start_run
 
 from ..training.test_trainer import FAST
 
@@ -17,7 +17,7 @@ from ..training.test_trainer import FAST
 def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("model") / "run"
     config = load_config(overrides=[*FAST, "train.max_updates=30", "model.max_positions=40"])
-    Trainer(config, run).train()
+    start_run(config, run).train()
     return run
 
 
@@ -145,7 +145,7 @@ def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
     from transduce.runs import checkpoint as ckpt
 
     run = tmp_path / "run"
-    Trainer(load_config(overrides=[*FAST, "train.max_updates=4", "train.save_every=2",
+    start_run(load_config(overrides=[*FAST, "train.max_updates=4", "train.save_every=2",
                                    "model.max_positions=40"]), run).train()
     for name in ("update_0000002", "update_0000004"):
         args = build_parser().parse_args(["translate", "--model", str(run), "--checkpoint", name])
@@ -163,7 +163,7 @@ def second_run(run_dir):
     run = run_dir.parent / "second"
     config = load_config(overrides=[*FAST, "train.max_updates=30", "model.max_positions=40",
                                     "train.seed=2"])
-    Trainer(config, run).train()
+    start_run(config, run).train()
     return run
 
 
@@ -187,7 +187,7 @@ def test_an_ensemble_of_runs(run_dir, second_run, tmp_path, capsys):
 
 def test_an_ensemble_needs_one_tokenizer(run_dir, tmp_path):
     other = tmp_path / "other"
-    Trainer(load_config(overrides=[*FAST, "train.max_updates=2", "data.vocab_size=320"]),
+    start_run(load_config(overrides=[*FAST, "train.max_updates=2", "data.vocab_size=320"]),
             other).train()
     with pytest.raises(UserError, match="its tokenizer is not .*'s; the models of an ensemble"):
         Translator.load([run_dir, other])

@@ -13,7 +13,7 @@ from transduce.cli import main
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 from transduce.runs import checkpoint as ckpt
-from transduce.training.trainer import Trainer
+from transduce.training.start import resume_run, start_run
 
 
 def _truncate(path, keep: float = 0.5) -> None:
@@ -24,12 +24,12 @@ def _truncate(path, keep: float = 0.5) -> None:
 @pytest.mark.parametrize("damage", [("model.safetensors", 0.5), ("state.pt", 0.5),
                                     ("state.pt", 0.0), ("model.safetensors", 0.0)])
 def test_resume_passes_over_a_damaged_latest_checkpoint(tmp_path, caplog, damage):
-    Trainer(_config("train.max_updates=6"), tmp_path / "straight").train()
+    start_run(_config("train.max_updates=6"), tmp_path / "straight").train()
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=6", "train.save_every=3"), run).train()
+    start_run(_config("train.max_updates=6", "train.save_every=3"), run).train()
     name, keep = damage
     _truncate(ckpt.checkpoint_dir(run) / "update_0000006" / name, keep)
-    resumed = Trainer.resume(run)
+    resumed = resume_run(run)
     assert resumed.progress.update == 3
     assert f"update_0000006/{name}: damaged" in caplog.text
     assert "resuming from" in caplog.text and "update_0000003" in caplog.text
@@ -40,15 +40,15 @@ def test_resume_passes_over_a_damaged_latest_checkpoint(tmp_path, caplog, damage
 
 def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=2"), run).train()
+    start_run(_config("train.max_updates=2"), run).train()
     _truncate(ckpt.checkpoint_dir(run) / "update_0000002" / ckpt.STATE)
     with pytest.raises(UserError, match="every checkpoint is damaged"):
-        Trainer.resume(run)
+        resume_run(run)
 
 
 def test_translate_names_the_damaged_weights_file(tmp_path, capsys):
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=2"), run).train()
+    start_run(_config("train.max_updates=2"), run).train()
     weights = ckpt.checkpoint_dir(run) / "update_0000002" / ckpt.WEIGHTS
     _truncate(weights)
     with pytest.raises(UserError, match=f"{weights}: damaged, or not a weights file"):
@@ -61,14 +61,14 @@ def test_translate_names_the_damaged_weights_file(tmp_path, capsys):
 
 def test_loading_says_which_checkpoint_and_warns_of_a_stale_average(tmp_path, caplog):
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=4", "train.save_every=2"), run).train()
+    start_run(_config("train.max_updates=4", "train.save_every=2"), run).train()
     ckpt.average_checkpoints(ckpt.update_checkpoints(run), ckpt.checkpoint_dir(run) / "averaged")
     caplog.clear()
     Translator.load(run)
     assert "checkpoint averaged" in caplog.text
     assert "the mean of update_0000002 .. update_0000004, 2 checkpoints" in caplog.text
     assert "older than its latest" not in caplog.text
-    Trainer.resume(run, ["train.max_updates=6"]).train()
+    resume_run(run, ["train.max_updates=6"]).train()
     caplog.clear()
     Translator.load(run)
     assert "its averaged checkpoint is older than its latest, update_0000006" in caplog.text
@@ -89,7 +89,7 @@ def umask_027():
 
 def test_checkpoints_are_as_readable_as_the_umask_says(tmp_path, umask_027):
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=2"), run).train()
+    start_run(_config("train.max_updates=2"), run).train()
     ckpt.average_checkpoints(ckpt.update_checkpoints(run), ckpt.checkpoint_dir(run) / "averaged")
     root = ckpt.checkpoint_dir(run)
     for path in [root / "latest", *root.rglob("*"), *(run / "data").rglob("*")]:

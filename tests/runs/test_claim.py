@@ -11,7 +11,7 @@ from transduce.cli import main
 from transduce.errors import UserError
 from transduce.quickstart import quickstart
 from tests.training.test_trainer import FAST, _config
-from transduce.training.trainer import Trainer
+from transduce.training.start import resume_run, start_run
 
 
 def snapshot(directory: Path) -> dict:
@@ -24,7 +24,7 @@ def snapshot(directory: Path) -> dict:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("held") / "run"
-    Trainer(_config("train.max_updates=2"), path).train()
+    start_run(_config("train.max_updates=2"), path).train()
     return path
 
 
@@ -49,7 +49,7 @@ def test_prepare_into_a_run_directory_is_refused_leaving_it_byte_identical(run, 
 def test_a_non_empty_directory_that_is_no_run_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match="not empty"):
-        Trainer(_config("train.max_updates=1"), tmp_path)
+        start_run(_config("train.max_updates=1"), tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
@@ -59,17 +59,17 @@ def test_a_failed_train_leaves_no_run_directory(tmp_path):
     files = ["data.dataset=null", f"data.train_src={tmp_path / 'a.en'}",
              f"data.train_tgt={tmp_path / 'a.de'}"]
     with pytest.raises(UserError, match="line counts differ"):
-        Trainer(_config(*files), tmp_path / "new" / "run")
+        start_run(_config(*files), tmp_path / "new" / "run")
     assert not (tmp_path / "new" / "run").exists()
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="line counts differ"):
-        Trainer(_config(*files), tmp_path / "empty")
+        start_run(_config(*files), tmp_path / "empty")
     assert list((tmp_path / "empty").iterdir()) == []  # emptied again, not removed
 
 
 def test_a_run_failing_before_its_first_checkpoint_takes_away_what_it_wrote(tmp_path,
                                                                             monkeypatch):
-    trainer = Trainer(_config("train.max_updates=5"), tmp_path / "run")
+    trainer = start_run(_config("train.max_updates=5"), tmp_path / "run")
     assert (tmp_path / "run" / "tokenizer.json").is_file()
 
     def broken(*args, **kwargs):
@@ -101,5 +101,5 @@ def test_a_refused_command_in_a_subprocess_is_one_line(run):
 def test_a_resume_that_would_change_the_model_is_refused_leaving_the_run_as_it_was(run):
     before = snapshot(run)
     with pytest.raises(UserError, match="do not fit the model the configuration now describes"):
-        Trainer.resume(run, ["model.d_model=64", "train.max_updates=4"])
+        resume_run(run, ["model.d_model=64", "train.max_updates=4"])
     assert snapshot(run) == before

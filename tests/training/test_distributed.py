@@ -8,7 +8,7 @@ import torch
 
 from tests.training.test_trainer import FAST, _config, _weights
 from transduce.runs import checkpoint as ckpt
-from transduce.training.trainer import Trainer
+from transduce.training.start import start_run
 
 
 def _train(*args, expect=0):
@@ -24,13 +24,13 @@ def test_two_processes_take_the_update_of_one_accumulating_two_batches(tmp_path)
     """Same batches, same loss normalisation: the same weights, up to the order of summation."""
     extra = ["model.dropout=0.0", "train.max_updates=6"]
     _train(*FAST, *extra, "--run-dir", str(tmp_path / "two"))
-    one = Trainer(_config(*extra, "train.accumulate=2", "train.threads=1"), tmp_path / "one")
+    one = start_run(_config(*extra, "train.accumulate=2", "train.threads=1"), tmp_path / "one")
     one.train()
     a, b = _weights(tmp_path / "two"), _weights(tmp_path / "one")
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
-    initial = Trainer(_config(*extra), tmp_path / "untrained").model.state_dict()
+    initial = start_run(_config(*extra), tmp_path / "untrained").model.state_dict()
     assert all(not torch.equal(a[k], initial[k]) for k in a)  # each parameter was trained
     log = (tmp_path / "two" / "train.log").read_text()
     assert "data parallel: 2 processes on cpu, 2 batches of 600 tokens each" in log

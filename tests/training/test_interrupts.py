@@ -13,7 +13,7 @@ import torch
 from tests.training.test_trainer import FAST, _config, _weights
 from transduce.errors import UserError
 from transduce.runs import checkpoint as ckpt
-from transduce.training.trainer import Trainer
+from transduce.training.start import resume_run, start_run
 
 
 def _files(tmp_path, src: str, tgt: str) -> list[str]:
@@ -44,7 +44,7 @@ def test_no_validation_pairs_is_an_error_before_training(tmp_path):
     files = _files(tmp_path, "one two\n" * 50, "eins zwei\n" * 50)
     (tmp_path / "v.tsv").write_text("  \tzwei\n")  # its only pair is empty: skipped
     with pytest.raises(UserError, match="no validation pairs: valid: kept 0 of 1 pairs"):
-        Trainer(_config(*files, "data.tokenizer=word", f"data.valid_tsv={tmp_path / 'v.tsv'}"),
+        start_run(_config(*files, "data.tokenizer=word", f"data.valid_tsv={tmp_path / 'v.tsv'}"),
                 tmp_path / "run")
 
 
@@ -66,7 +66,7 @@ def _slow_from(trainer, update: int, *, then=None, seconds: float = 60.0):
 
 
 def test_max_time_ends_a_step_that_would_outlast_it(tmp_path):
-    trainer = Trainer(_config("train.max_updates=100", "train.max_time=3"), tmp_path / "t")
+    trainer = start_run(_config("train.max_updates=100", "train.max_time=3"), tmp_path / "t")
     _slow_from(trainer, 3)
     start = time.perf_counter()
     trainer.train()
@@ -76,14 +76,14 @@ def test_max_time_ends_a_step_that_would_outlast_it(tmp_path):
 
 
 def test_sigterm_in_a_slow_step_stops_at_once_and_resumes_to_the_bit(tmp_path):
-    Trainer(_config("train.max_updates=6"), tmp_path / "straight").train()
-    trainer = Trainer(_config("train.max_updates=6"), tmp_path / "stopped")
+    start_run(_config("train.max_updates=6"), tmp_path / "straight").train()
+    trainer = start_run(_config("train.max_updates=6"), tmp_path / "stopped")
     _slow_from(trainer, 4, then=lambda: os.kill(os.getpid(), signal.SIGTERM))
     start = time.perf_counter()
     trainer.train()
     assert time.perf_counter() - start < 30 and trainer.interrupted
     assert ckpt.latest_checkpoint(tmp_path / "stopped").name == "update_0000003"
-    resumed = Trainer.resume(tmp_path / "stopped")
+    resumed = resume_run(tmp_path / "stopped")
     assert resumed.progress.update == 3
     resumed.train()
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "stopped")

@@ -5,7 +5,7 @@ import pytest
 from tests.training.test_trainer import _config
 from transduce.runs import checkpoint as ckpt
 from transduce.training.records import read_metrics
-from transduce.training.trainer import Trainer
+from transduce.training.start import resume_run, start_run
 
 TIMES = ("tokens_per_s", "elapsed")  # the clock's, not the run's
 
@@ -29,13 +29,13 @@ def _events(run_dir):
 def test_a_killed_and_resumed_run_records_what_an_uninterrupted_one_does(tmp_path, log_every):
     settings = ["train.max_updates=8", "train.save_every=3", "train.validate_every=4",
                 f"train.log_every={log_every}"]
-    Trainer(_config(*settings), tmp_path / "straight").train()
+    start_run(_config(*settings), tmp_path / "straight").train()
     run = tmp_path / "killed"
-    Trainer(_config(*settings), run).train()
+    start_run(_config(*settings), run).train()
     # a kill -9 after update 8 had been logged, before its checkpoint was whole: the resumed
     # run goes on from update 6 and records updates 7 and 8 again
     (ckpt.checkpoint_dir(run) / "update_0000008" / ckpt.STATE).write_bytes(b"")
-    resumed = Trainer.resume(run)
+    resumed = resume_run(run)
     assert resumed.progress.update == 6
     resumed.train()
     assert _rows(run) == _rows(tmp_path / "straight")

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from transduce.config import load_config
 from transduce.runs import checkpoint as ckpt
 from transduce.errors import UserError
-from transduce.training.trainer import Trainer, TrainingError
+from transduce.training.start import resume_run, start_run
+from transduce.training.trainer import TrainingError
 
 FAST = ["model.preset=tiny", "model.d_model=32", "model.d_ff=64", "model.n_heads=2",
         "model.n_encoder_layers=2", "model.n_decoder_layers=2", "model.dropout=0.1",
@@ -34,16 +35,16 @@ def _weights(run_dir, name=None):
 
 @pytest.mark.parametrize("bpe_dropout", [0.0, 0.1])
 def test_resume_ends_with_bit_identical_parameters(tmp_path, bpe_dropout):
-    straight = Trainer(_config("train.max_updates=40", "train.validate_every=20",
+    straight = start_run(_config("train.max_updates=40", "train.validate_every=20",
                                f"data.bpe_dropout={bpe_dropout}"), tmp_path / "a")
     straight.train()
     assert straight.progress.epoch >= 1  # the resumed part crosses into a new epoch
     segmented = straight.epochs.epoch(1)[0].tgt_lengths
     assert (segmented != straight.data.train.tgt_lengths).any() == (bpe_dropout > 0)
-    first = Trainer(_config("train.max_updates=20", "train.validate_every=20",
+    first = start_run(_config("train.max_updates=20", "train.validate_every=20",
                             f"data.bpe_dropout={bpe_dropout}"), tmp_path / "b")
     first.train()
-    resumed = Trainer.resume(tmp_path / "b", ["train.max_updates=40"])
+    resumed = resume_run(tmp_path / "b", ["train.max_updates=40"])
     assert resumed.progress.update == 20
     resumed.train()
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
@@ -57,7 +58,7 @@ def test_resume_ends_with_bit_identical_parameters(tmp_path, bpe_dropout):
 
 
 def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
-    trainer = Trainer(_config("model.dropout=0.0"), tmp_path / "acc")
+    trainer = start_run(_config("model.dropout=0.0"), tmp_path / "acc")
     model = trainer.model
     batches = [b for _, b in zip(range(3), trainer.epochs.stream(trainer.progress), strict=False)]
     loss, tokens = trainer.accumulate_gradients(batches)
@@ -85,20 +86,20 @@ def test_accumulating_k_batches_equals_one_k_times_larger_batch(tmp_path):
 def test_r_drop_without_dropout_is_plain_training(tmp_path):
     """Without dropout the two passes agree, so the KL term and its gradient vanish: R-Drop's
     loss and gradients equal plain training's. With dropout the passes differ and it adds."""
-    plain = Trainer(_config("model.dropout=0.0"), tmp_path / "plain")
+    plain = start_run(_config("model.dropout=0.0"), tmp_path / "plain")
     batches = [b for _, b in zip(range(2), plain.epochs.stream(plain.progress), strict=False)]
     loss, tokens = plain.accumulate_gradients(batches)
     grads = {n: p.grad.clone() for n, p in plain.model.named_parameters()}
-    twice = Trainer(_config("model.dropout=0.0", "train.rdrop_alpha=5"), tmp_path / "twice")
+    twice = start_run(_config("model.dropout=0.0", "train.rdrop_alpha=5"), tmp_path / "twice")
     twice.model.load_state_dict(plain.model.state_dict())
     r_loss, r_tokens = twice.accumulate_gradients(batches)
     assert r_tokens == tokens  # tokens/s counts each target token once
     assert r_loss == pytest.approx(loss, rel=1e-5)
     for name, param in twice.model.named_parameters():
         torch.testing.assert_close(param.grad, grads[name], atol=1e-6, rtol=1e-4)
-    noisy = Trainer(_config("model.dropout=0.3", "train.rdrop_alpha=5"), tmp_path / "noisy")
+    noisy = start_run(_config("model.dropout=0.3", "train.rdrop_alpha=5"), tmp_path / "noisy")
     noisy.model.load_state_dict(plain.model.state_dict())
-    no_kl = Trainer(_config("model.dropout=0.3", "train.rdrop_alpha=1e-9"), tmp_path / "no_kl")
+    no_kl = start_run(_config("model.dropout=0.3", "train.rdrop_alpha=1e-9"), tmp_path / "no_kl")
     no_kl.model.load_state_dict(plain.model.state_dict())
     torch.manual_seed(0)
     base_loss, _ = no_kl.accumulate_gradients(batches)
@@ -110,12 +111,13 @@ def test_r_drop_without_dropout_is_plain_training(tmp_path):
 @pytest.mark.parametrize("native", [False, True])
 def test_auto_precision_trains_as_bf16_where_native_else_as_fp32(tmp_path, monkeypatch, native):
     monkeypatch.setattr("transduce.training.devices.native_bf16", lambda device: native)
-    auto = Trainer(_config("model.dropout=0.0", "train.precision=auto"), tmp_path / "auto")
+    auto = start_run(_config("model.dropout=0.0", "train.precision=auto"), tmp_path / "auto")
     expected = "bf16" if native else "fp32"
     assert auto.precision == expected
-    same = Trainer(_config("model.dropout=0.0", f"train.precision={expected}"), tmp_path / "same")
-    other = Trainer(_config("model.dropout=0.0", f"train.precision={'fp32' if native else 'bf16'}"),
-                    tmp_path / "other")
+    same = start_run(_config("model.dropout=0.0", f"train.precision={expected}"), tmp_path / "same")
+    other_precision = "fp32" if native else "bf16"
+    other = start_run(_config("model.dropout=0.0", f"train.precision={other_precision}"),
+                      tmp_path / "other")
     batches = [b for _, b in zip(range(2), auto.epochs.stream(auto.progress), strict=False)]
     grads = {}
     for name, trainer in (("auto", auto), ("same", same), ("other", other)):
@@ -129,13 +131,14 @@ def test_auto_precision_trains_as_bf16_where_native_else_as_fp32(tmp_path, monke
 def test_bf16_without_native_support_warns_and_names_the_key(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr("transduce.training.devices.native_bf16", lambda device: False)
     with caplog.at_level("WARNING"):
-        trainer = Trainer(_config("train.precision=bf16"), tmp_path / "bf16")
+        trainer = start_run(_config("train.precision=bf16"), tmp_path / "bf16")
     assert trainer.precision == "bf16"  # as asked, only warned
     assert "train.precision=bf16" in caplog.text and "train.precision=auto" in caplog.text
 
 
 def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatch):
-    trainer = Trainer(_config("train.max_updates=20", "train.max_bad_updates=3"), tmp_path / "nan")
+    trainer = start_run(_config("train.max_updates=20", "train.max_bad_updates=3"),
+                        tmp_path / "nan")
     real_features = trainer.model.features  # the decoder states the loss projects
     calls = {"n": 0}
 
@@ -156,7 +159,7 @@ def test_nan_updates_are_skipped_then_the_run_stops_clearly(tmp_path, monkeypatc
 
 
 def test_a_tiny_model_learns_number_words(tmp_path):
-    trainer = Trainer(_config("train.max_updates=80", "train.log_every=10"), tmp_path / "learn")
+    trainer = start_run(_config("train.max_updates=80", "train.log_every=10"), tmp_path / "learn")
     trainer.train()
     lines = (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()
     losses = [json.loads(x)["train_loss"] for x in lines if '"train"' in x]
@@ -173,17 +176,17 @@ def test_a_lowercasing_run_scores_against_lowercased_references_and_resumes_so(t
     files = ["data.dataset=null", f"data.train_src={tmp_path / 't.src'}",
              f"data.train_tgt={tmp_path / 't.tgt'}", f"data.valid_tsv={tmp_path / 'v.tsv'}",
              "data.lowercase=true", "train.max_updates=2"]
-    trainer = Trainer(_config(*files), tmp_path / "run")
+    trainer = start_run(_config(*files), tmp_path / "run")
     assert trainer.references() == ["ein hund", "der mann"]
     trainer.train()
-    resumed = Trainer.resume(tmp_path / "run", ["train.max_updates=3"])
+    resumed = resume_run(tmp_path / "run", ["train.max_updates=3"])
     assert resumed.data.tokenizers.lowercase
     assert resumed.references() == ["ein hund", "der mann"]
 
 
 def test_run_directory_contents_and_refusal_to_overwrite(tmp_path):
     run = tmp_path / "run"
-    Trainer(_config("train.max_updates=3", "train.bleu=true", "train.validate_every=3",
+    start_run(_config("train.max_updates=3", "train.bleu=true", "train.validate_every=3",
                     "data.numbers_train_size=200"), run).train()
     for name in ("config.yaml", "train.log", "metrics.jsonl", "tokenizer.json"):
         assert (run / name).is_file(), name
@@ -191,12 +194,12 @@ def test_run_directory_contents_and_refusal_to_overwrite(tmp_path):
     assert any((run / "tensorboard").iterdir())
     assert load_config(run / "config.yaml").train.max_updates == 3
     with pytest.raises(ValueError, match="already holds a run"):
-        Trainer(_config("train.max_updates=3"), run).train()
+        start_run(_config("train.max_updates=3"), run).train()
 
 
 def test_average_of_checkpoints_is_their_mean(tmp_path):
     run = tmp_path / "avg"
-    Trainer(_config("train.max_updates=6", "train.validate_every=2",
+    start_run(_config("train.max_updates=6", "train.validate_every=2",
                     "train.keep_checkpoints=5"), run).train()
     paths = ckpt.update_checkpoints(run)
     assert [p.name for p in paths] == ["update_0000002", "update_0000004", "update_0000006"]
@@ -253,20 +256,20 @@ def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
     assert proc.returncode == 130, err
     latest = ckpt.latest_checkpoint(run)
     assert latest is not None and int(latest.name.split("_")[1]) >= 3
-    resumed = Trainer.resume(run, ["train.max_updates=" + str(int(latest.name[7:]) + 2)])
+    resumed = resume_run(run, ["train.max_updates=" + str(int(latest.name[7:]) + 2)])
     resumed.train()
     assert resumed.progress.update == int(latest.name[7:]) + 2
 
 
 def test_max_time_stops_with_a_checkpoint(tmp_path):
-    trainer = Trainer(_config("train.max_updates=100000", "train.max_time=1.5"), tmp_path / "t")
+    trainer = start_run(_config("train.max_updates=100000", "train.max_time=1.5"), tmp_path / "t")
     trainer.train()
     assert 1.5 <= trainer.progress.elapsed < 30
     assert ckpt.latest_checkpoint(tmp_path / "t").name == f"update_{trainer.progress.update:07d}"
 
 
 def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
-    trainer = Trainer(_config("train.max_updates=100", "train.validate_every=2",
+    trainer = start_run(_config("train.max_updates=100", "train.validate_every=2",
                               "train.patience=2"), tmp_path / "p")
     losses = iter([3.0, 2.0, 2.5, 2.4, 1.0, 1.0])
 
@@ -292,7 +295,7 @@ def test_python_api_trains_from_a_dict_and_resumes(tmp_path):
 
 def test_named_checkpoint_resolves_names_pointers_and_paths(tmp_path):
     run = tmp_path / "named"
-    Trainer(_config("train.max_updates=4", "train.validate_every=2"), run).train()
+    start_run(_config("train.max_updates=4", "train.validate_every=2"), run).train()
     root = ckpt.checkpoint_dir(run)
     assert ckpt.named_checkpoint(run, "update_0000002") == root / "update_0000002" / ckpt.WEIGHTS
     assert ckpt.named_checkpoint(run, "latest") == root / "update_0000004" / ckpt.WEIGHTS
@@ -305,7 +308,7 @@ def test_named_checkpoint_resolves_names_pointers_and_paths(tmp_path):
 
 
 def test_bidirectional_epochs_train_each_pair_both_ways_then_forward_alone(tmp_path):
-    trainer = Trainer(_config("data.bidirectional_epochs=2"), tmp_path / "bit")
+    trainer = start_run(_config("data.bidirectional_epochs=2"), tmp_path / "bit")
     forward = trainer.data.train
     for epoch, ways in ((0, 2), (1, 2), (2, 1)):
         pairs, batches = trainer.epochs.epoch(epoch)
@@ -322,11 +325,11 @@ def test_bidirectional_epochs_train_each_pair_both_ways_then_forward_alone(tmp_p
 
 def test_bidirectional_training_resumes_bit_identically(tmp_path):
     bit = ["data.bidirectional_epochs=1", "train.validate_every=30"]
-    straight = Trainer(_config("train.max_updates=90", *bit), tmp_path / "a")
+    straight = start_run(_config("train.max_updates=90", *bit), tmp_path / "a")
     straight.train()
     assert straight.progress.epoch >= 1  # crosses from both ways into forward alone
-    Trainer(_config("train.max_updates=30", *bit), tmp_path / "b").train()
-    Trainer.resume(tmp_path / "b", ["train.max_updates=90"]).train()
+    start_run(_config("train.max_updates=30", *bit), tmp_path / "b").train()
+    resume_run(tmp_path / "b", ["train.max_updates=90"]).train()
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     for key in a:
         assert torch.equal(a[key], b[key]), key

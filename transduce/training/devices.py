@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -41,3 +42,11 @@ def precision(name: str, device: torch.device) -> str:
                     "for `tiny` on an AVX2 CPU); train.precision=auto picks the faster",
                     device.type)
     return name
+
+
+def autocast(precision: str, device: torch.device):
+    """The context a training step runs its forward pass in: autocast to bf16 or fp16, or none."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)

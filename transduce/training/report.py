@@ -34,6 +34,19 @@ def log_above(bar):
     return logging_redirect_tqdm() if console and not bar.disable else contextlib.nullcontext()
 
 
+def start(model, config, model_config, processes: int, device) -> None:
+    """The first lines of a new run: the model's size and shape, and the processes."""
+    c = model_config
+    log.info("model: %s parameters (%s preset: D=%d, d_ff=%d, H=%d, %d+%d layers, "
+             "vocabulary %d/%d)", f"{model.num_parameters():,}", config.model.preset, c.d_model,
+             c.d_ff, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.src_vocab_size,
+             c.tgt_vocab_size)
+    if processes > 1:
+        log.info("data parallel: %d processes on %s, %d batches of %d tokens each per update",
+                 processes, device.type, processes * config.train.accumulate,
+                 config.data.max_tokens)
+
+
 def report(progress: Progress, lr: float, bar, records: Records | NoRecords) -> None:
     """One log line and one metrics row: the updates since the last one, averaged."""
     p, window = progress, progress.window

@@ -1,8 +1,11 @@
-"""The training loop: the paper's recipe, resumable to the bit, observable while it runs."""
+"""The training loop: the paper's recipe, resumable to the bit, observable while it runs.
+
+`transduce.training.start` makes a Trainer: `start_run(config, run_dir)` for a new run,
+`resume_run(run_dir)` to continue one; `train()` then runs the loop.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -14,16 +17,13 @@ from tqdm import tqdm
 
 from transduce.config import Config
 from transduce.data.batching import Batch
-from transduce.data.prepare import PreparedData, prepare
-from transduce.data.tokenizer import Tokenizers
-from transduce.errors import TrainingError, UserError
-from transduce.files import check_writable
+from transduce.data.prepare import PreparedData
+from transduce.errors import TrainingError
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
-from transduce.runs.load import check_fits, read_config
 from transduce.training import report, schedule, state
-from transduce.training.devices import precision, training_device
+from transduce.training.devices import autocast, precision
 from transduce.training.distributed import World
 from transduce.training.epochs import Epochs
 from transduce.training.interrupts import Abandon, Interrupts
@@ -36,56 +36,25 @@ log = logging.getLogger("transduce.train")
 
 
 class Trainer:
-    """Trains a model into a run directory.
+    """Trains a model into a run directory on data prepared for it.
 
-    `Trainer(config, run_dir).train()` starts a run; `Trainer.resume(run_dir).train()` continues
-    one from its latest checkpoint with the same batches, dropout masks and updates it would have
-    had without the interruption. Started by `torchrun` (or `transduce train --nproc N`), each
-    process trains on its share of every update's batches (transduce.training.distributed).
+    With several processes (started by `torchrun` or `transduce train --nproc N`) each trains on
+    its share of every update's batches (transduce.training.distributed). `new_run`: the claim on
+    a new run's directory, given up (what was written taken away) if the run fails before its
+    first checkpoint.
     """
 
-    def __init__(self, config: Config, run_dir: Path, *, data: PreparedData | None = None,
-                 tokenizers: Tokenizers | None = None, new_run: bool = True) -> None:
-        """new_run: False when `run_dir` holds this run already (`Trainer.resume`); a new run
-        refuses, before writing anything, a directory that is not empty, and takes away what
-        it made if it fails before its first checkpoint."""
-        self.config = config
-        self.run_dir = Path(run_dir)
-        self.world = World.from_env()
-        self.device = training_device(config.train.device, self.world)
-        if config.train.precision == "fp16" and self.device.type != "cuda":
-            raise UserError("train.precision=fp16 needs a GPU; use auto or bf16 on CPU")
-        self._new_run = None
-        if new_run and self.world.main:
-            self._new_run = NewRun(self.run_dir)  # refuses here, before anything is written
-        elif self.world.main:
-            check_writable(self.run_dir, what="run directory")
-        try:
-            self._setup(data, tokenizers)
-        except BaseException:
-            self._discard()
-            raise
-
-    def _setup(self, data: PreparedData | None, tokenizers: Tokenizers | None) -> None:
-        config = self.config
-        self.world.start(self.device)
-        self.world.barrier()  # every process has checked the directory before it is written
-        if self.world.main:
-            report.log_to_file(self.run_dir)
-        else:  # the main process reports for all
-            logging.getLogger("transduce").setLevel(logging.WARNING)
+    def __init__(self, config: Config, run_dir: Path, data: PreparedData, *,
+                 world: World | None = None, device: torch.device | None = None,
+                 new_run: NewRun | None = None) -> None:
+        self.config, self.run_dir, self.data = config, Path(run_dir), data
+        self.world = world or World.from_env()
+        self.device = device or torch.device("cpu")
+        self._new_run = new_run
         train = config.train
-        if train.threads:
-            torch.set_num_threads(train.threads)
         self.precision = precision(train.precision, self.device)
         torch.manual_seed(train.seed)
-        with self.world.main_first():  # the main process prepares the data, the others reuse it
-            if data is None and not self.world.main:
-                tokenizers = tokenizers or Tokenizers.load(self.run_dir)
-            self.data = data or prepare(config.data, self.run_dir, tokenizers=tokenizers,
-                                        max_positions=config.model.max_positions)
-        self.data.check_not_empty()
-        tok = self.data.tokenizers
+        tok = data.tokenizers
         self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
                                                  shared_vocab=tok.shared)
         self.model = Transformer(self.model_config).to(self.device)
@@ -94,7 +63,7 @@ class Trainer:
                                         betas=train.adam_betas, eps=train.adam_eps,
                                         weight_decay=train.weight_decay)
         self.scaler = torch.amp.GradScaler(enabled=self.precision == "fp16")
-        self.epochs = Epochs(self.data, config.data, seed=train.seed)
+        self.epochs = Epochs(data, config.data, seed=train.seed)
         self.schedule = schedule.from_config(train, d_model=self.model_config.d_model)
         self.progress = Progress()
         self._interrupts = Interrupts()
@@ -103,92 +72,69 @@ class Trainer:
         if self.world.rank:  # the same initial weights as the main process, other dropout masks
             torch.manual_seed(train.seed + 1_000_003 * self.world.rank)
 
-    @classmethod
-    def resume(cls, run_dir: Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
-               reset_schedule: bool = False) -> Trainer:
-        """Continue a run from its latest checkpoint (overrides may e.g. raise max_updates)."""
-        run_dir = Path(run_dir)
-        found = ckpt.newest_intact(run_dir)
-        if found is None:
-            if ckpt.update_checkpoints(run_dir) or ckpt.latest_checkpoint(run_dir):
-                raise UserError(f"{run_dir}: every checkpoint is damaged; nothing to resume")
-            raise UserError(f"{run_dir}: no checkpoint to resume from")
-        path, weights, training = found
-        if path.name != (ckpt.latest_checkpoint(run_dir) or path).name:
-            log.warning("resuming from %s, the newest intact checkpoint", path)
-        config = read_config(run_dir, overrides)
-        tokenizers = Tokenizers.load(run_dir)
-        check_fits(config, tokenizers, weights, path)  # before anything is written
-        trainer = cls(config, run_dir, tokenizers=tokenizers, new_run=False)
-        trainer._load(path, weights, training, reset_optimizer=reset_optimizer,
-                      reset_schedule=reset_schedule)
-        trainer._resumed = True
-        if overrides:
-            config.save(run_dir / "config.yaml")
-        return trainer
+    def load(self, path: Path, weights: dict, training: dict, *, reset_optimizer: bool = False,
+             reset_schedule: bool = False) -> None:
+        """Continue from the checkpoint at `path` (its weights and training state, read)."""
+        ckpt.load_weights(self.model, path / ckpt.WEIGHTS, weights)
+        self.progress = state.load_state_dict(
+            training, self.optimizer, self.scaler, rank=self.world.rank,
+            processes=self.world.size, reset_optimizer=reset_optimizer,
+            reset_schedule=reset_schedule, path=path)
+        self._resumed = True
+        log.info("resumed from %s at update %d", path, self.progress.update)
 
     # -- the loop -----------------------------------------------------------------------------
 
     def train(self) -> Progress:
+        """Train until a limit, early stopping or a signal; the progress made."""
         try:
-            return self._train()
+            return self._loop()
         except BaseException:
-            self._discard()  # a new run that failed before its first checkpoint leaves nothing
+            if self._new_run is not None:  # a new run that failed before its first checkpoint
+                self._new_run.discard()
             raise
 
-    def _discard(self) -> None:
-        if self._new_run is not None:
-            self._new_run.discard()
-
-    def _train(self) -> Progress:
-        cfg = self.config.train
-        p = self.progress
+    def _loop(self) -> Progress:
+        cfg, p = self.config.train, self.progress
         if not self._resumed:
             if self.world.main:
                 self.config.save(self.run_dir / "config.yaml")
-            c = self.model_config
-            log.info("model: %s parameters (%s preset: D=%d, d_ff=%d, H=%d, %d+%d layers, "
-                     "vocabulary %d/%d)", f"{self.model.num_parameters():,}",
-                     self.config.model.preset, c.d_model, c.d_ff, c.n_heads, c.n_encoder_layers,
-                     c.n_decoder_layers, c.src_vocab_size, c.tgt_vocab_size)
-            if self.world.size > 1:
-                log.info("data parallel: %d processes on %s, %d batches of %d tokens each per "
-                         "update", self.world.size, self.device.type,
-                         self.world.size * cfg.accumulate, self.config.data.max_tokens)
-        elif (reason := self._should_stop()) is not None:
+            report.start(self.model, self.config, self.model_config, self.world.size,
+                         self.device)
+        elif (reason := self._stop_reason()) is not None:
             report.nothing_to_do(self.run_dir, reason, cfg)
             return p
         records = (Records(self.run_dir, resume_at=p.update if self._resumed else None)
                    if self.world.main else NoRecords())
         bar = tqdm(total=cfg.max_updates or None, initial=p.update, unit="upd",
                    dynamic_ncols=True, disable=None if self.world.main else True)
-        reason = "done"
         started, elapsed_before = time.perf_counter(), p.elapsed
-        time_left = cfg.max_time - elapsed_before if cfg.max_time else None
-        self._interrupts = Interrupts(time_left, may_abandon=self.world.size == 1)
+        self._interrupts = Interrupts(cfg.max_time - elapsed_before if cfg.max_time else None,
+                                      may_abandon=self.world.size == 1)
         try:
             with self._interrupts, report.log_above(bar):
                 self.model.train()
-                batches = self.epochs.stream(self.progress)
+                batches = self.epochs.stream(p)
                 while True:
+                    # 1) stop now? (one process's reason, a signal or its clock, stops them all)
                     p.elapsed = elapsed_before + time.perf_counter() - started  # wall clock
-                    reason = self._agreed_stop()
-                    if reason:
+                    if reason := self.stop_reason():
                         break
-                    before = state.position(p, self.device)
-                    start = time.perf_counter()
+                    # 2) forward and backward over the update's batches; a signal abandons it
+                    before, start = state.position(p, self.device), time.perf_counter()
                     try:
                         with self._interrupts.abandonable():
-                            loss, tokens = self._gradients(
+                            loss, tokens = self.gradients(
                                 [next(batches) for _ in range(cfg.accumulate * self.world.size)])
                     except Abandon:  # stopping: as if the update had never begun
                         state.restore(p, before)
                         self.optimizer.zero_grad(set_to_none=True)
-                        batches = self.epochs.stream(self.progress)
+                        batches = self.epochs.stream(p)
                         continue
-                    loss = self._step(loss, tokens)
-                    if loss is None:
+                    # 3) the optimiser step, at this update's learning rate (skipped if not finite)
+                    if (loss := self.step(loss, tokens)) is None:
                         continue
+                    # 4) report, validate (perhaps stopping early) and checkpoint, as configured
                     p.count(loss, tokens, time.perf_counter() - start)
                     bar.update(1)
                     if p.update % cfg.log_every == 0 or p.update == 1:
@@ -201,25 +147,26 @@ class Trainer:
                         self._save(best=False)
         finally:
             bar.close()
+        # 5) the last checkpoint: validated, unless that was just done
         p.elapsed = elapsed_before + time.perf_counter() - started
         if reason == "interrupted":
             self._save(best=False)
             log.info("interrupted: checkpoint update_%07d written; continue with `transduce train "
                      "--resume %s`", p.update, self.run_dir)
         elif reason != "early stopping" and not self.world.from_main(
-                bool(p.history) and p.history[-1]["update"] == p.update):  # not just validated
+                bool(p.history) and p.history[-1]["update"] == p.update):
             self._validate_and_save(records)
         records.close()
         report.summary(p, reason, self.epochs.done(p), ckpt.checkpoint_dir(self.run_dir))
         self.world.barrier()  # all done: none exits while another still needs it
         return p
 
-    def _agreed_stop(self) -> str | None:
-        """Why to stop now, if so: one process's reason (a signal, its clock) stops them all."""
-        reasons = self.world.gather(self._should_stop())
+    def stop_reason(self) -> str | None:
+        """Why to stop now, if so, agreed by all processes: one's reason stops them all."""
+        reasons = self.world.gather(self._stop_reason())
         return next((r for r in reasons if r), None)
 
-    def _gradients(self, batches: list[Batch]) -> tuple[float, int]:
+    def gradients(self, batches: list[Batch]) -> tuple[float, int]:
         """The gradients of one update from k batches, the loss normalised by their target
         tokens together, so k batches equal one batch k times larger. With several processes
         each backpropagates its share of the batches, and the gradients are summed. Returns the
@@ -229,7 +176,7 @@ class Trainer:
         total, _ = self.accumulate_gradients(batches[world.rank::world.size], tokens=tokens)
         return world.sum_gradients(self.model.parameters(), total), tokens
 
-    def _step(self, total: float, tokens: int) -> float | None:
+    def step(self, total: float, tokens: int) -> float | None:
         """The optimiser step on the gradients; the loss per token, or None when skipped."""
         cfg, p = self.config.train, self.progress
         self.scaler.unscale_(self.optimizer)
@@ -256,7 +203,7 @@ class Trainer:
         total = 0.0
         for batch in batches:
             batch = batch.to(self.device)
-            with self._autocast():
+            with autocast(self.precision, self.device):
                 if cfg.rdrop_alpha > 0:  # R-Drop: the batch twice; the loss per pass (halved)
                     hidden = self.model.features(batch.src.repeat(2, 1), batch.tgt_in.repeat(2, 1))
                     loss = r_drop_loss(hidden, self.model.output.weight, batch.tgt_out.repeat(2, 1),
@@ -289,7 +236,7 @@ class Trainer:
                 "train.lr, a longer train.warmup or train.clip_norm")
         return None
 
-    def _should_stop(self) -> str | None:
+    def _stop_reason(self) -> str | None:
         cfg, p = self.config.train, self.progress
         if self._interrupts.signal is not None:
             return "interrupted"
@@ -306,12 +253,6 @@ class Trainer:
         """Whether Ctrl-C or SIGTERM ended the last `train()` (with a checkpoint)."""
         return self._interrupts.signal is not None
 
-    def _autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
-
     # -- validation, checkpoints, reporting -------------------------------------------------------
 
     def validate(self) -> Validation | None:
@@ -322,7 +263,8 @@ class Trainer:
         return validate(self.model, self.data.valid, references, self.data.tokenizers,
                         max_tokens=cfg.data.max_tokens, label_smoothing=cfg.train.label_smoothing,
                         decode=replace(cfg.decode, beam_size=cfg.train.valid_beam_size),
-                        device=self.device, autocast=self._autocast)
+                        device=self.device,
+                        autocast=lambda: autocast(self.precision, self.device))
 
     def references(self) -> list[str]:
         return self.data.valid_references
@@ -349,16 +291,6 @@ class Trainer:
             ckpt.save_checkpoint(self.run_dir, f"update_{self.progress.update:07d}", self.model,
                                  training, best=best, keep=self.config.train.keep_checkpoints)
         self.world.barrier()
-
-    def _load(self, path: Path, weights: dict, training: dict, *, reset_optimizer: bool,
-              reset_schedule: bool) -> None:
-        ckpt.load_weights(self.model, path / ckpt.WEIGHTS, weights)
-        self.progress = state.load_state_dict(
-            training, self.optimizer, self.scaler, rank=self.world.rank,
-            processes=self.world.size, reset_optimizer=reset_optimizer,
-            reset_schedule=reset_schedule, path=path)
-        log.info("resumed from %s at update %d", path, self.progress.update)
-
 
 
 __all__ = ["Progress", "Trainer", "TrainingError"]

@@ -1,0 +1,100 @@
+"""Starting a run or resuming one: the run directory claimed, the process set up, the data
+prepared, and a `Trainer` over them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from transduce.config import Config
+from transduce.data.prepare import PreparedData, prepare
+from transduce.data.tokenizer import Tokenizers
+from transduce.errors import UserError
+from transduce.files import check_writable
+from transduce.runs import checkpoint as ckpt
+from transduce.runs.claim import NewRun
+from transduce.runs.load import check_fits, read_config
+from transduce.training import report
+from transduce.training.devices import training_device
+from transduce.training.distributed import World
+from transduce.training.trainer import Trainer
+
+log = logging.getLogger("transduce.train")
+
+
+def start_run(config: Config, run_dir: Path, *, data: PreparedData | None = None,
+              tokenizers: Tokenizers | None = None) -> Trainer:
+    """A Trainer for a new run in `run_dir`, which must be empty or absent: it is refused before
+    anything is written, and what the run made is taken away if it fails before its first
+    checkpoint. `data` already prepared (or `tokenizers` to prepare it with) may be given."""
+    run_dir = Path(run_dir)
+    world, device = _place(config)
+    new_run = NewRun(run_dir) if world.main else None  # refuses here, before anything is written
+    try:
+        data = _prepare(config, run_dir, world, device, data, tokenizers)
+        return Trainer(config, run_dir, data, world=world, device=device, new_run=new_run)
+    except BaseException:
+        if new_run is not None:
+            new_run.discard()
+        raise
+
+
+def resume_run(run_dir: Path, overrides: list[str] = (), *, reset_optimizer: bool = False,
+               reset_schedule: bool = False) -> Trainer:
+    """A Trainer that continues a run from its newest intact checkpoint, with the batches,
+    dropout masks and updates it would have had without the interruption (overrides may e.g.
+    raise max_updates)."""
+    run_dir = Path(run_dir)
+    found = ckpt.newest_intact(run_dir)
+    if found is None:
+        if ckpt.update_checkpoints(run_dir) or ckpt.latest_checkpoint(run_dir):
+            raise UserError(f"{run_dir}: every checkpoint is damaged; nothing to resume")
+        raise UserError(f"{run_dir}: no checkpoint to resume from")
+    path, weights, training = found
+    if path.name != (ckpt.latest_checkpoint(run_dir) or path).name:
+        log.warning("resuming from %s, the newest intact checkpoint", path)
+    config = read_config(run_dir, overrides)
+    tokenizers = Tokenizers.load(run_dir)
+    check_fits(config, tokenizers, weights, path)  # before anything is written
+    world, device = _place(config)
+    if world.main:
+        check_writable(run_dir, what="run directory")
+    data = _prepare(config, run_dir, world, device, None, tokenizers)
+    trainer = Trainer(config, run_dir, data, world=world, device=device)
+    trainer.load(path, weights, training, reset_optimizer=reset_optimizer,
+                 reset_schedule=reset_schedule)
+    if overrides:
+        config.save(run_dir / "config.yaml")
+    return trainer
+
+
+def _place(config: Config) -> tuple[World, torch.device]:
+    """This process among the training processes, and the device it trains on."""
+    world = World.from_env()
+    device = training_device(config.train.device, world)
+    if config.train.precision == "fp16" and device.type != "cuda":
+        raise UserError("train.precision=fp16 needs a GPU; use auto or bf16 on CPU")
+    return world, device
+
+
+def _prepare(config: Config, run_dir: Path, world: World, device: torch.device,
+             data: PreparedData | None, tokenizers: Tokenizers | None) -> PreparedData:
+    """Join the other processes, log to the run directory, and prepare the data (the main
+    process prepares it, the others read what it wrote)."""
+    world.start(device)
+    world.barrier()  # every process has checked the directory before it is written
+    if world.main:
+        report.log_to_file(run_dir)
+    else:  # the main process reports for all
+        logging.getLogger("transduce").setLevel(logging.WARNING)
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    with world.main_first():
+        if data is None and not world.main:
+            tokenizers = tokenizers or Tokenizers.load(run_dir)
+        data = data or prepare(config.data, run_dir, tokenizers=tokenizers,
+                               max_positions=config.model.max_positions)
+    data.check_not_empty()
+    return data
