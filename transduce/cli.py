@@ -19,7 +19,7 @@ from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
 from transduce.options import add_config_options
 from transduce.model import PRESETS, ModelConfig, Transformer
-from transduce import translate_command
+from transduce import serve_command, translate_command
 from transduce.runs.claim import holds_run
 from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
 
@@ -274,6 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "their signatures), and report the speed.")
     add_evaluate_options(evaluate)
     evaluate.set_defaults(run=translate_command.evaluate)
+
+    serve = commands.add_parser(
+        "serve", help="serve models over HTTP: LibreTranslate's API, ours, and a page",
+        description="A translation server: LibreTranslate's API (/translate, /languages, "
+                    "/detect, ...), transduce's own (/v1/translate with n-best and attention), "
+                    "Prometheus metrics (/metrics) and a page at / that draws the attention. "
+                    "Requests that arrive together are translated as one batch.")
+    serve_command.add_serve_options(serve)
+    serve.set_defaults(run=serve_command.serve)
     return parser
 
 

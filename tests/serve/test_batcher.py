@@ -1,0 +1,71 @@
+import asyncio
+
+import pytest
+
+from transduce.serve.batcher import Batcher, Search
+
+from .conftest import SENTENCES
+
+
+def _serve(batcher: Batcher, requests: list[tuple[list[str], Search]]):
+    async def main():
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.translate(s, search) for s, search in requests))
+        finally:
+            await batcher.stop()
+    return asyncio.run(main())
+
+
+def test_concurrent_requests_are_batched_and_each_gets_what_it_gets_alone(translator):
+    batches = []
+    batcher = Batcher(translator, wait=0.05, on_batch=lambda n, *_: batches.append(n))
+    beam, greedy = Search(3), Search(1)
+    requests = [([s], beam if i % 3 else greedy) for i, s in enumerate(SENTENCES * 4)]
+    requests.append((SENTENCES[:3], Search(3, nbest=2)))
+    results = _serve(batcher, requests)
+    assert len(batches) < len(requests) and max(batches) > 1  # batched
+    assert sum(batches) == sum(len(s) for s, _ in requests)
+    for (sentences, search), got in zip(requests, results, strict=True):
+        alone = translator.translate_detailed(sentences, beam_size=search.beam_size,
+                                              nbest=search.nbest)
+        assert [t.text for t in got] == [t.text for t in alone]
+        assert [[text for text, _ in t.nbest] for t in got] == [
+            [text for text, _ in t.nbest] for t in alone]
+        scores = [score for t in got for _, score in t.nbest]  # up to float rounding
+        assert scores == pytest.approx([score for t in alone for _, score in t.nbest], rel=1e-5)
+
+
+def test_without_batching_requests_are_served_one_at_a_time(translator):
+    batches = []
+    batcher = Batcher(translator, batching=False, on_batch=lambda n, *_: batches.append(n))
+    results = _serve(batcher, [([s], Search(3)) for s in SENTENCES])
+    assert batches == [1] * len(SENTENCES)
+    assert [r[0].text for r in results] == translator.translate(SENTENCES, beam_size=3)
+
+
+def test_a_token_budget_splits_batches(translator):
+    batches = []
+    batcher = Batcher(translator, max_tokens=16, wait=0.05,
+                      on_batch=lambda n, tokens, *_: batches.append((n, tokens)))
+    _serve(batcher, [([s], Search(1)) for s in SENTENCES])
+    assert len(batches) > 1 and max(n for n, _ in batches) > 1
+    assert all(tokens <= 16 or n == 1 for n, tokens in batches)
+
+
+def test_a_cancelled_request_is_left_out(translator):
+    batches = []
+    batcher = Batcher(translator, wait=0.2, on_batch=lambda n, *_: batches.append(n))
+
+    async def main():
+        batcher.start()
+        gone = asyncio.ensure_future(batcher.translate(["seven"], Search(1)))
+        kept = asyncio.ensure_future(batcher.translate(["twelve"], Search(1)))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # its client left while the batch was gathering
+        result = await kept
+        await batcher.stop()
+        return result
+    [only] = asyncio.run(main())
+    assert only.text == translator.translate(["twelve"], beam_size=1)[0]
+    assert batches == [1]

@@ -1,0 +1,26 @@
+from transduce.serve.formats import html_text, plain_text
+
+
+def _upper(pieces):
+    return pieces.join([s.upper() for s in pieces.sentences.values()])
+
+
+def test_plain_text_translates_each_line_and_keeps_the_rest():
+    pieces = plain_text("Hello world.\r\n\n  A dog runs. \n--\n")
+    assert list(pieces.sentences.values()) == ["Hello world.", "A dog runs."]
+    assert _upper(pieces) == "HELLO WORLD.\n\n  A DOG RUNS. \n--\n"
+
+
+def test_html_keeps_markup_and_escapes_translations():
+    markup = ('<p class="x">Hello &amp; <b>bye</b>!</p><script>var a = "hi";</script>'
+              "<!-- a comment --><pre>kept as is</pre> tail &lt;3")
+    pieces = html_text(markup)
+    assert list(pieces.sentences.values()) == ["Hello &", "bye", "tail <3"]
+    assert pieces.join(["<x> & y", "B", "T <"]) == (
+        '<p class="x">&lt;x&gt; &amp; y <b>B</b>!</p><script>var a = "hi";</script>'
+        "<!-- a comment --><pre>kept as is</pre> T &lt;")
+
+
+def test_text_without_words_is_kept():
+    assert plain_text("  \n-- \n").sentences == {}
+    assert html_text("<br/> <hr>").join([]) == "<br/> <hr>"

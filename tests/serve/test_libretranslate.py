@@ -1,0 +1,178 @@
+"""LibreTranslate's API, with the assertions of LibreTranslate's own tests
+(libretranslate/tests/test_api/) and every error the issue names."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from .conftest import SENTENCES, make_app
+
+
+@pytest.fixture(scope="module")
+def client(translator):
+    with TestClient(make_app(translator, max_chars=200, max_texts=10)) as client:
+        yield client
+
+
+def test_languages(client):
+    response = client.get("/languages")
+    assert response.status_code == 200
+    assert response.json() == [{"code": "de", "name": "German", "targets": []},
+                               {"code": "en", "name": "English", "targets": ["de"]}]
+    assert client.post("/languages").status_code == 405
+
+
+def test_translate_form_json_and_multipart_equal_the_translator(client, translator):
+    expected = translator.translate(["forty-two"])[0]
+    fields = {"q": "forty-two", "source": "en", "target": "de", "format": "text"}
+    for kind in ("data", "json", "files"):
+        if kind == "files":
+            response = client.post("/translate", files={k: (None, v) for k, v in fields.items()})
+        else:
+            response = client.post("/translate", **{kind: fields})
+        assert response.status_code == 200, response.text
+        assert response.json() == {"translatedText": expected}
+
+
+def test_translate_batch(client, translator):
+    response = client.post("/translate", json={"q": SENTENCES[:2], "source": "en",
+                                               "target": "de", "format": "text"})
+    assert response.status_code == 200
+    assert response.json() == {"translatedText": translator.translate(SENTENCES[:2])}
+
+
+def test_lines_are_translated_one_by_one(client, translator):
+    response = client.post("/translate", json={"q": "seven\n\ntwelve", "source": "en",
+                                               "target": "de"})
+    seven, twelve = translator.translate(["seven", "twelve"])
+    assert response.json()["translatedText"] == f"{seven}\n\n{twelve}"
+
+
+def test_html_keeps_the_markup(client, translator):
+    response = client.post("/translate", json={"q": "<p>seven <b>twelve</b></p>",
+                                               "source": "en", "target": "de", "format": "html"})
+    seven, twelve = translator.translate(["seven", "twelve"])
+    assert response.json()["translatedText"] == f"<p>{seven} <b>{twelve}</b></p>"
+
+
+def test_alternatives_are_the_other_hypotheses(client, translator):
+    response = client.post("/translate", json={"q": "forty-two", "source": "en", "target": "de",
+                                               "alternatives": 2})
+    [t] = translator.translate_detailed(["forty-two"], beam_size=3, nbest=3)
+    body = response.json()
+    assert body["translatedText"] == t.text
+    assert body["alternatives"] == [text for text, _ in t.nbest[1:] if text != t.text]
+
+
+def test_auto_source_with_one_source_language(client, translator):
+    response = client.post("/translate", json={"q": ["seven", "twelve"], "source": "auto",
+                                               "target": "de"})
+    assert response.json() == {"translatedText": translator.translate(["seven", "twelve"]),
+                               "detectedLanguage": [{"confidence": 100.0, "language": "en"}] * 2}
+    single = client.post("/translate", data={"q": "seven", "source": "auto", "target": "de"})
+    assert single.json()["detectedLanguage"] == {"confidence": 100.0, "language": "en"}
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"source": "en", "target": "de"}, "Invalid request: missing q parameter"),
+    ({"q": "", "source": "en", "target": "de"}, "Invalid request: missing q parameter"),
+    ({"q": "seven", "target": "de"}, "Invalid request: missing source parameter"),
+    ({"q": "seven", "source": "en"}, "Invalid request: missing target parameter"),
+    ({"q": "seven", "source": "en", "target": "zz"}, "zz is not supported"),
+    ({"q": "seven", "source": "zz", "target": "de"}, "zz is not supported"),
+    ({"q": "seven", "source": "de", "target": "en"},
+     "English (en) is not available as a target language from German (de)"),
+    ({"q": "x" * 201, "source": "en", "target": "de"},
+     "Invalid request: request (201) exceeds text limit (200)"),
+    ({"q": "seven", "source": "en", "target": "de", "alternatives": "many"},
+     "Invalid request: alternatives parameter is not a number"),
+    ({"q": "seven", "source": "en", "target": "de", "alternatives": 10**9},
+     "Invalid request: alternatives parameter must be <= 3"),
+    ({"q": "seven", "source": "en", "target": "de", "format": "pdf"},
+     "pdf format is not supported"),
+    ({"q": "seven", "source": "auto", "target": "en"},
+     "Invalid request: nothing is translated into English (en) here"),
+])
+def test_translate_errors(client, fields, error):
+    for kind in ("data", "json"):
+        response = client.post("/translate", **{kind: fields})
+        assert response.status_code == 400
+        assert response.json() == {"error": error}
+
+
+@pytest.mark.parametrize("body", [
+    {"q": 7, "source": "en", "target": "de"}, {"q": ["seven", None], "source": "en",
+                                               "target": "de"},
+    {"q": ["x"] * 11, "source": "en", "target": "de"}, {"q": "a", "source": ["en"], "target": "de"},
+])
+def test_wrong_types_and_too_many_texts_are_400(client, body):
+    response = client.post("/translate", json=body)
+    assert response.status_code == 400 and response.json()["error"].startswith("Invalid request")
+
+
+@pytest.mark.parametrize("content, kind", [
+    (b"{not json", "application/json"), (b"[1, 2]", "application/json"),
+    (b'{"q": "\xff\xfe"}', "application/json"),
+    (b"q=\xff&source=en", "application/x-www-form-urlencoded"),
+])
+def test_malformed_bodies_are_400_and_the_server_goes_on(client, content, kind):
+    response = client.post("/translate", content=content, headers={"Content-Type": kind})
+    assert response.status_code == 400 and set(response.json()) == {"error"}
+    assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_detect(client):
+    response = client.post("/detect", data={"q": "Hello"})
+    assert response.status_code == 200
+    assert response.json() == [{"confidence": 100.0, "language": "en"}]
+    missing = client.post("/detect")
+    assert missing.status_code == 400 and "error" in missing.json()
+    assert client.get("/detect").status_code == 405
+
+
+def test_health_settings_spec_and_docs(client):
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.post("/health").status_code == 405
+    settings = client.get("/frontend/settings").json()
+    assert settings == {"charLimit": 200, "frontendTimeout": 500, "apiKeys": False,
+                        "keyRequired": False, "suggestions": False, "filesTranslation": False,
+                        "supportedFilesFormat": [],
+                        "language": {"source": {"code": "en", "name": "English"},
+                                     "target": {"code": "de", "name": "German"}}}
+    spec = client.get("/spec")
+    assert spec.status_code == 200 and "/translate" in spec.json()["paths"]
+    assert client.post("/spec").status_code == 405
+    assert client.get("/docs").status_code == 200
+
+
+def test_cors_allows_any_origin(client):
+    response = client.options("/translate", headers={"Origin": "https://example.org",
+                                                     "Access-Control-Request-Method": "POST"})
+    assert response.headers["access-control-allow-origin"] in ("*", "https://example.org")
+    assert client.get("/languages", headers={"Origin": "https://a.b"}).headers[
+        "access-control-allow-origin"] == "*"
+
+
+def test_api_keys_and_rate_limit(translator, tmp_path):
+    app = make_app(translator, api_keys=frozenset({"secret"}), rate_limit=3)
+    with TestClient(app) as client:
+        fields = {"q": "seven", "source": "en", "target": "de"}
+        assert client.get("/frontend/settings").json()["keyRequired"] is True
+        for key in (None, "wrong"):
+            response = client.post("/translate", json={**fields, "api_key": key})
+            assert response.status_code == 403
+            assert response.json() == {"error": "Invalid API key"}
+        assert client.post("/translate", data={**fields, "api_key": "secret"}).status_code == 200
+        limited = client.post("/translate", json={**fields, "api_key": "secret"})
+        assert limited.status_code == 429
+        assert limited.json() == {"error": "Slowdown: 3 per 1 minute"}
+        assert int(limited.headers["retry-after"]) >= 1
+        assert client.get("/languages").status_code == 200  # not limited
+
+
+def test_a_request_over_the_timeout_gets_a_503_and_the_server_goes_on(translator):
+    with TestClient(make_app(translator, timeout=1e-6)) as client:
+        response = client.post("/translate", json={"q": "seven", "source": "en", "target": "de"})
+        assert response.status_code == 503
+        assert response.json() == {"error": "Translation took longer than 1e-06 s; try again "
+                                            "later"}
+        assert client.get("/health").status_code == 200

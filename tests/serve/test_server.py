@@ -1,0 +1,154 @@
+"""A real server: `transduce serve` on 127.0.0.1, real client libraries, many clients at once,
+and SIGTERM while it works."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from libretranslate_aio import AsyncLibreTranslate
+from libretranslatepy import LibreTranslateAPI
+from num2words import num2words
+
+from transduce.cli import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(run_dir, tmp_path):
+    """Start `transduce serve --model RUN_DIR` (more options through the factory's argument)."""
+    started = []
+
+    def start(*options):
+        port = _free_port()
+        log = open(tmp_path / f"server-{port}.log", "w")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "transduce", "serve", "--model", str(run_dir), "--port",
+             str(port), *options], stdout=log, stderr=subprocess.STDOUT)
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise AssertionError((tmp_path / f"server-{port}.log").read_text())
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    return process, url
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("the server did not start in 60 s")
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _translate_command(run_dir, lines, tmp_path) -> list[str]:
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(run_dir), "-i", str(source), "-o", str(output)]) == 0
+    return output.read_text(encoding="utf-8").splitlines()
+
+
+def test_libretranslatepy_and_libretranslate_aio(server, translator):
+    _, url = server()
+    client = LibreTranslateAPI(url + "/")
+    assert {"code": "en", "name": "English", "targets": ["de"]} in client.languages()
+    assert client.translate("forty-two", "en", "de") == translator.translate(["forty-two"])[0]
+
+    async def aio():
+        async with AsyncLibreTranslate(base_url=url) as aio_client:
+            settings = await aio_client.frontend_settings()
+            batch = await aio_client.translate(["seven", "twelve"], "en", "de")
+            return settings, batch
+    settings, batch = asyncio.run(aio())
+    assert settings.char_limit == 5000 and settings.language.source.code == "en"
+    assert batch.translated_text == translator.translate(["seven", "twelve"])
+
+
+def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path):
+    lines = [num2words(n) for n in range(1, 1000, 15)][:64]
+    expected = _translate_command(run_dir, lines, tmp_path)
+    _, url = server("--batch-wait-ms", "20")
+
+    async def clients():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await asyncio.gather(*(
+                client.post("/translate", json={"q": line, "source": "en", "target": "de"})
+                for line in lines))
+    responses = asyncio.run(clients())
+    assert [r.status_code for r in responses] == [200] * 64
+    assert [r.json()["translatedText"] for r in responses] == expected
+    metrics = httpx.get(f"{url}/metrics").text
+    batches = next(line for line in metrics.splitlines()
+                   if line.startswith('transduce_batch_sentences_count{model="en-de"}'))
+    assert float(batches.split()[-1]) < 64  # sentences of several requests searched together
+
+
+def test_sigterm_finishes_the_accepted_requests_then_exits_0(server):
+    process, url = server("--max-texts", "-1", "--max-chars", "-1")
+    texts = [num2words(n) for n in range(300, 600)]
+    n = 12
+
+    async def clients():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            sent = [asyncio.ensure_future(client.post(
+                "/translate", json={"q": texts, "source": "en", "target": "de"}))
+                for _ in range(n)]
+            await _until_in_progress(client, n)  # the server holds all of them
+            os.kill(process.pid, signal.SIGTERM)
+            return await asyncio.gather(*sent)
+    responses = asyncio.run(clients())
+    assert [r.status_code for r in responses] == [200] * n
+    assert all(len(r.json()["translatedText"]) == len(texts) for r in responses)
+    assert process.wait(timeout=60) == 0
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health")
+
+
+def test_a_client_that_leaves_costs_the_others_nothing(server):
+    """One request at a time (--no-batching): while the first is translated, the second waits
+    in the queue; its client leaves; it is never translated, and the third is answered."""
+    _, url = server("--no-batching", "--max-texts", "-1", "--max-chars", "-1")
+    first = [num2words(n) for n in range(300, 700)]
+    second = [num2words(n) for n in range(700, 800)]
+
+    async def clients():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            a = asyncio.ensure_future(client.post(
+                "/translate", json={"q": first, "source": "en", "target": "de"}))
+            await _until_in_progress(client, 1)
+            async with httpx.AsyncClient(base_url=url, timeout=120) as leaving:
+                b = asyncio.ensure_future(leaving.post(
+                    "/translate", json={"q": second, "source": "en", "target": "de"}))
+                await _until_in_progress(client, 2)
+                b.cancel()  # and its connection closes with its client
+            c = await client.post("/translate", json={"q": "seven", "source": "en",
+                                                      "target": "de"})
+            return await a, c, (await client.get("/metrics")).text
+    a, c, metrics = asyncio.run(clients())
+    assert a.status_code == c.status_code == 200
+    translated = next(line for line in metrics.splitlines()
+                      if line.startswith('transduce_sentences_total{model="en-de"}'))
+    assert float(translated.split()[-1]) == len(first) + 1  # not the second's 100
+
+
+async def _until_in_progress(client, n):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if f"transduce_requests_in_progress {n:.1f}" in (await client.get("/metrics")).text:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {n} requests in progress")

@@ -1,0 +1,103 @@
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from .conftest import SENTENCES, make_app
+
+
+@pytest.fixture(scope="module")
+def client(translator):
+    with TestClient(make_app(translator)) as client:
+        yield client
+
+
+def test_models(client, translator):
+    [model] = client.get("/v1/models").json()
+    assert model == {"name": "en-de", "source": "en", "target": "de", "source_name": "English",
+                     "target_name": "German", "beam_size": 3,
+                     "parameters": translator.model.num_parameters(), "layers": 2}
+
+
+def test_nbest_with_scores_equal_the_translator(client, translator):
+    response = client.post("/v1/translate", json={"text": SENTENCES[:3], "beam_size": 4,
+                                                  "nbest": 3})
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["model"], body["source"], body["target"]) == ("en-de", "en", "de")
+    expected = translator.translate_detailed(SENTENCES[:3], beam_size=4, nbest=3)
+    for got, want in zip(body["translations"], expected, strict=True):
+        assert got["text"] == want.text
+        assert [h["text"] for h in got["nbest"]] == [text for text, _ in want.nbest]
+        assert [h["score"] for h in got["nbest"]] == pytest.approx(
+            [score for _, score in want.nbest], rel=1e-5)
+        assert got["attention"] is None
+
+
+def test_attention_is_the_translators_averaged_over_heads(client, translator):
+    response = client.post("/v1/translate", json={"text": ["forty-two"], "source": "en",
+                                                  "target": "de", "attention": True})
+    [got] = response.json()["translations"]
+    [want] = translator.translate_detailed(["forty-two"], attention=True)
+    assert got["source_pieces"] == want.src_pieces
+    assert got["target_pieces"] == want.tgt_pieces
+    assert got["layers"] == [0, 1]
+    torch.testing.assert_close(torch.tensor(got["attention"]), want.attention.mean(dim=1))
+    last = client.post("/v1/translate", json={"text": ["forty-two"], "attention": True,
+                                              "layer": -1}).json()["translations"][0]
+    assert last["layers"] == [1]
+    torch.testing.assert_close(torch.tensor(last["attention"][0]), want.attention[-1].mean(0))
+
+
+def test_default_search_is_the_models_own(client, translator):
+    body = client.post("/v1/translate", json={"text": SENTENCES}).json()
+    assert [t["text"] for t in body["translations"]] == translator.translate(SENTENCES)
+
+
+@pytest.mark.parametrize("body, status, error", [
+    ({}, 422, "Invalid request: text: Field required"),
+    ({"text": "seven"}, 422, "Invalid request: text: Input should be a valid list"),
+    ({"text": ["seven"], "nbest": 0}, 422, "Invalid request: nbest: Input should be greater "
+     "than or equal to 1"),
+    ({"text": ["seven"], "beam_size": 2, "nbest": 3}, 400,
+     "Invalid request: nbest 3 exceeds beam_size 2"),
+    ({"text": ["seven"], "layer": 2}, 400,
+     "Invalid request: layer 2: the model has 2 decoder layers"),
+    ({"text": ["seven"], "source": "en", "target": "fr"}, 400, "fr is not supported"),
+    ({"text": ["seven"], "source": "en"}, 400,
+     "Invalid request: give source and target (this server has en-de)"),
+    ({"text": ["seven"], "colour": "red"}, 422, "Invalid request: colour: Extra inputs are "
+     "not permitted"),
+])
+def test_errors(client, body, status, error):
+    response = client.post("/v1/translate", json=body)
+    assert response.status_code == status
+    assert response.json() == {"error": error}
+
+
+def test_bad_json_is_a_4xx(client):
+    response = client.post("/v1/translate", content=b'{"text": [', headers={
+        "Content-Type": "application/json"})
+    assert response.status_code == 422 and set(response.json()) == {"error"}
+
+
+def test_metrics_count_requests_batches_and_tokens(client):
+    client.post("/v1/translate", json={"text": SENTENCES[:2]})
+    client.post("/translate", json={"q": "seven"})  # a 400
+    text = client.get("/metrics").text
+    assert 'transduce_requests_total{endpoint="/v1/translate",status="200"}' in text
+    assert 'transduce_request_errors_total{endpoint="/translate",status="400"}' in text
+    assert "transduce_request_seconds_bucket" in text
+    assert 'transduce_batch_sentences_count{model="en-de"}' in text
+    sentences = [line for line in text.splitlines()
+                 if line.startswith('transduce_sentences_total{model="en-de"}')]
+    assert sentences and float(sentences[0].split()[-1]) >= 2
+    assert "transduce_target_tokens_per_second" in text
+
+
+def test_the_page_and_its_files(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "<textarea" in page.text
+    assert "v1/translate" in client.get("/page/app.js").text
+    assert client.get("/page/style.css").status_code == 200
+    assert client.get("/page/secret.txt").status_code == 404
+    assert client.get("/no/such/thing").json() == {"error": "Not Found"}

@@ -1,0 +1,123 @@
+"""The server's ASGI app: `create_app(models, settings)`, for `transduce serve`, `uvicorn
+--factory` and gunicorn alike."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from importlib import resources
+from pathlib import Path
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from transduce import __version__
+from transduce.serve import libretranslate, v1
+from transduce.serve.models import ModelSpec, ServedModel, load_models
+from transduce.serve.service import ApiError, Service
+from transduce.serve.settings import ServeSettings
+
+log = logging.getLogger("transduce.serve")
+
+PAGE = Path(str(resources.files("transduce.serve") / "page"))
+
+
+def create_app(models: list[ServedModel] | list[str | Path] | None = None,
+               settings: ServeSettings | None = None) -> FastAPI:
+    """The app serving `models`: loaded ones, or run directories (also "en:de=RUN_DIR") to load;
+    None reads them from TRANSDUCE_SERVE_MODELS (run directories separated by commas), for
+    `uvicorn --factory transduce.serve:create_app`."""
+    settings = settings or ServeSettings()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    if models is None:
+        import os
+
+        models = [m for m in os.environ.get("TRANSDUCE_SERVE_MODELS", "").split(",") if m]
+    if models and not isinstance(models[0], ServedModel):
+        models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
+                             dtype=settings.dtype)
+    service = Service(list(models), settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.start()
+        yield
+        await service.stop()  # what was accepted is finished first
+
+    app = FastAPI(title="transduce", version=__version__, lifespan=lifespan,
+                  openapi_url="/spec", docs_url="/docs", redoc_url=None,
+                  description="Machine translation with the Transformer of \"Attention Is All "
+                              "You Need\": LibreTranslate's API and transduce's own (/v1).")
+    app.state.service = service
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
+                       allow_headers=["*"])
+    _errors(app)
+    _measured(app, service)
+    app.include_router(libretranslate.router(service))
+    app.include_router(v1.router(service))
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(service.metrics.text(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html")
+
+    @app.get("/page/{name}", include_in_schema=False)
+    async def page_file(name: str) -> FileResponse:
+        if name not in {"app.js", "style.css"}:
+            raise ApiError(404, "Not Found")
+        return FileResponse(PAGE / name)
+
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    """Every error as {"error": "one line"}; a bug is a 500 with its traceback in the log."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(error.detail)}, error.status_code,
+                            headers=getattr(error, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        return JSONResponse({"error": f"Invalid request: {where or 'body'}: {first['msg']}"},
+                            422)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse({"error": f"Internal error: {type(error).__name__}"}, 500)
+
+
+def _measured(app: FastAPI, service: Service) -> None:
+    routes = {"/translate", "/detect", "/languages", "/v1/translate", "/v1/models"}
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        path = request.url.path
+        if path not in routes:
+            return await call_next(request)
+        start = time.perf_counter()
+        service.metrics.in_progress.inc()
+        try:
+            response = await call_next(request)
+        finally:
+            service.metrics.in_progress.dec()
+        service.metrics.request(path, response.status_code, time.perf_counter() - start)
+        return response

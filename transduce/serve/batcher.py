@@ -1,0 +1,165 @@
+"""Sentences of requests that arrive together, searched as one batch.
+
+Each model has one queue and one worker task. The worker takes the first waiting request, then
+gathers the others that ask for the same search (beam size, n-best, attention) until the token
+budget is full or `wait` seconds have passed since it began, and runs the search on a thread of
+its own, so that the event loop goes on accepting requests meanwhile; requests that came during
+a search are the next batch. The Translator's results do not depend on which sentences share a
+batch, so every request gets exactly what it would get alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from transduce.decoding.translator import Translation, Translator
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a request asks the search for; requests are batched with others asking the same."""
+
+    beam_size: int
+    nbest: int = 1
+    attention: bool = False
+
+
+@dataclass
+class _Job:
+    sentences: list[str]
+    search: Search
+    tokens: int
+    future: asyncio.Future = field(repr=False)
+
+
+class Batcher:
+    """Batches one model's requests. `start()` in the running event loop, `translate()` from
+    request handlers, `stop()` once no more requests come (what is queued is finished first).
+
+    max_tokens: the source tokens of one batch at most (a longer request goes alone); wait:
+    seconds to wait for more requests once one is there; batching=False serves the requests one
+    at a time, as they come. `on_batch(sentences, source tokens, seconds, translations)` is told
+    of each search.
+    """
+
+    def __init__(self, translator: Translator, *, max_tokens: int = 4096, wait: float = 0.005,
+                 batching: bool = True,
+                 on_batch: Callable[[int, int, float, list], None] | None = None) -> None:
+        self.translator = translator
+        self.max_tokens = max_tokens
+        self.wait = wait
+        self.batching = batching
+        self.on_batch = on_batch
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="transduce-search")
+        self._queue: asyncio.Queue[_Job | None] | None = None
+        self._worker: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            await self._queue.put(None)  # after every job already queued
+            await self._worker
+            self._worker = None
+        self._executor.shutdown(wait=True)
+
+    def tokens(self, sentence: str) -> int:
+        """A sentence's source tokens, <eos> included, as the model will see them."""
+        return len(self.translator.tokenizers.src.encode(sentence)) + 1
+
+    async def translate(self, sentences: list[str], search: Search) -> list[Translation]:
+        """The translations of `sentences`, in order. Cancelling the await (a client gone, a
+        timeout) takes the request out of the batches not yet begun."""
+        if self._queue is None:
+            raise RuntimeError("Batcher.start() was not called in this event loop")
+        future = asyncio.get_running_loop().create_future()
+        tokens = sum(map(self.tokens, sentences))
+        await self._queue.put(_Job(sentences, search, tokens, future))
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        held: list[_Job] = []  # taken from the queue, waiting for a batch of their own search
+        stopping = False
+        while not (stopping and not held):
+            if held:
+                first = held.pop(0)
+            else:
+                first = await self._queue.get()
+                if first is None:
+                    stopping = True
+                    continue
+            if first.future.done():  # cancelled: its client is gone or timed out
+                continue
+            batch, tokens = [first], first.tokens
+            if self.batching:
+                stopping |= await self._gather(batch, held, tokens, loop.time() + self.wait)
+            await self._search(batch, first.search)
+
+    async def _gather(self, batch: list[_Job], held: list[_Job], tokens: int,
+                      deadline: float) -> bool:
+        """Add to `batch` the held and queued jobs of its search that fit; returns whether the
+        queue has ended (stop() was called)."""
+        search = batch[0].search
+        for job in list(held):
+            if job.search == search and tokens + job.tokens <= self.max_tokens:
+                held.remove(job)
+                batch.append(job)
+                tokens += job.tokens
+        while tokens < self.max_tokens:
+            try:
+                if self._queue.empty():
+                    remaining = deadline - asyncio.get_running_loop().time()
+                    if remaining <= 0:
+                        break
+                    job = await asyncio.wait_for(self._queue.get(), remaining)
+                else:
+                    job = self._queue.get_nowait()
+            except TimeoutError:
+                break
+            if job is None:
+                return True
+            if job.future.done():
+                continue
+            if job.search != search or tokens + job.tokens > self.max_tokens:
+                held.append(job)
+                if job.search == search:
+                    break  # full
+                continue
+            batch.append(job)
+            tokens += job.tokens
+        return False
+
+    async def _search(self, batch: list[_Job], search: Search) -> None:
+        batch = [job for job in batch if not job.future.done()]
+        if not batch:
+            return
+        sentences = [s for job in batch for s in job.sentences]
+        start = time.perf_counter()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._translate, sentences, search)
+        except Exception as error:  # noqa: BLE001 - each request answers with it
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(error)
+            return
+        if self.on_batch is not None:
+            self.on_batch(len(sentences), sum(job.tokens for job in batch),
+                          time.perf_counter() - start, results)
+        at = 0
+        for job in batch:
+            if not job.future.done():
+                job.future.set_result(results[at:at + len(job.sentences)])
+            at += len(job.sentences)
+
+    def _translate(self, sentences: list[str], search: Search) -> list[Translation]:
+        return self.translator.translate_detailed(
+            sentences, beam_size=search.beam_size, nbest=search.nbest, attention=search.attention,
+            max_tokens=max(self.max_tokens, self.translator.decode.max_tokens))

@@ -1,0 +1,153 @@
+"""LibreTranslate's API (as of LibreTranslate 1.9.6), so that its clients and apps work as they
+are: /translate, /languages, /detect, /frontend/settings, /health. Fields come as JSON,
+urlencoded or multipart; errors are {"error": "..."} with LibreTranslate's texts and codes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from transduce.serve.formats import html_text, plain_text
+from transduce.serve.models import language_name
+from transduce.serve.service import ApiError, Service, read_fields
+
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing
+
+_FIELDS_BODY = {  # the OpenAPI description of the form and JSON bodies
+    "requestBody": {"content": {
+        media: {"schema": {"type": "object", "required": ["q", "source", "target"], "properties": {
+            "q": {"description": "Text to translate (JSON: a string or a list of strings)",
+                  "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+            if media == "application/json" else {"type": "string"},
+            "source": {"type": "string", "description": "Source language code, or auto"},
+            "target": {"type": "string", "description": "Target language code"},
+            "format": {"type": "string", "enum": ["text", "html"]},
+            "alternatives": {"type": "integer", "minimum": 0},
+            "api_key": {"type": "string"}}}}
+        for media in ("application/json", "application/x-www-form-urlencoded",
+                      "multipart/form-data")}}}
+_ERRORS = {status: {"description": text, "content": {"application/json": {"schema": {
+    "type": "object", "properties": {"error": {"type": "string"}}}}}}
+    for status, text in ((400, "Invalid request"), (403, "Banned or no valid API key"),
+                         (429, "Slow down"), (503, "Translation timed out"))}
+
+
+def router(service: Service) -> APIRouter:
+    api = APIRouter(tags=["LibreTranslate"])
+    settings = service.settings
+
+    @api.get("/languages", summary="Languages served, each with the targets it reaches")
+    async def languages() -> list[dict]:
+        return service.languages()
+
+    @api.get("/health", summary="Whether the server is up")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @api.get("/frontend/settings", summary="Settings for LibreTranslate's web page")
+    async def frontend_settings() -> dict:
+        first = next(iter(service.models.values()))
+        return {"charLimit": settings.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
+                "apiKeys": bool(settings.api_keys), "keyRequired": bool(settings.api_keys),
+                "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                "language": {
+                    "source": {"code": first.source, "name": language_name(first.source)},
+                    "target": {"code": first.target, "name": language_name(first.target)}}}
+
+    @api.post("/translate", summary="Translate text", responses=_ERRORS,
+              openapi_extra=_FIELDS_BODY)
+    async def translate(request: Request) -> dict:
+        fields, is_json = await read_fields(request)
+        service.admit(request, fields.get("api_key"))
+        q, source, target = (fields.get(name) for name in ("q", "source", "target"))
+        for name, value in (("q", q), ("source", source), ("target", target)):
+            if not value:
+                raise ApiError(400, f"Invalid request: missing {name} parameter")
+        texts = q if isinstance(q, list) else [q]
+        if not all(isinstance(t, str) for t in texts):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        for name, value in (("source", source), ("target", target), ("format", fields.get(
+                "format") or "text")):
+            if not isinstance(value, str):
+                raise ApiError(400, f"Invalid request: {name} must be a string")
+        alternatives = _alternatives(fields.get("alternatives", 0), settings.max_alternatives)
+        if not is_json:  # line ends as LibreTranslate counts them
+            texts = ["\n".join(t.splitlines()) for t in texts]
+        _check_size(texts, settings.max_texts, settings.max_chars)
+        model = service.model(source.lower(), target.lower())
+        text_format = fields.get("format") or "text"
+        if text_format not in ("text", "html"):
+            raise ApiError(400, f"{text_format} format is not supported")
+        if text_format == "html":
+            alternatives = 0  # as LibreTranslate: none for HTML
+        translated, others = await _translate(service, request, model, texts, text_format,
+                                              alternatives)
+        one = not isinstance(q, list)
+        result: dict = {"translatedText": translated[0] if one else translated}
+        if source.lower() == "auto":
+            detected = {"confidence": 100.0, "language": model.source}
+            result["detectedLanguage"] = detected if one else [detected] * len(texts)
+        if alternatives > 0:
+            result["alternatives"] = others[0] if one else others
+        return result
+
+    @api.post("/detect", summary="Detect the language of a text", responses=_ERRORS,
+              openapi_extra=_FIELDS_BODY)
+    async def detect(request: Request) -> list[dict]:
+        fields, _ = await read_fields(request)
+        service.admit(request, fields.get("api_key"))
+        q = fields.get("q")
+        if not q:
+            raise ApiError(400, "Invalid request: missing q parameter")
+        if not isinstance(q, str | list):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        sources = sorted({source for source, _ in service.models})
+        if len(sources) > 1:
+            raise ApiError(400, f"Invalid request: this server translates from "
+                                f"{', '.join(sources)} and does not detect languages")
+        return [{"confidence": 100.0, "language": sources[0]}]
+
+    return api
+
+
+def _alternatives(value, limit: int) -> int:
+    try:
+        n = max(0, int(value))
+    except (TypeError, ValueError, OverflowError):
+        raise ApiError(400, "Invalid request: alternatives parameter is not a number") from None
+    if n > limit:
+        raise ApiError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+    return n
+
+
+def _check_size(texts: list[str], max_texts: int, max_chars: int) -> None:
+    if max_texts != -1 and len(texts) > max_texts:
+        raise ApiError(400, f"Invalid request: request ({len(texts)}) exceeds text limit "
+                            f"({max_texts})")
+    chars = sum(map(len, texts))
+    if max_chars != -1 and chars > max_chars:
+        raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit "
+                            f"({max_chars})")
+
+
+async def _translate(service: Service, request: Request, model, texts: list[str],
+                     text_format: str, alternatives: int) -> tuple[list[str], list[list[str]]]:
+    """Each text translated line by line (or between its tags), and up to `alternatives` other
+    translations of it: its lines' second, third... best, each line's best where it has no more."""
+    pieces = [(html_text if text_format == "html" else plain_text)(t) for t in texts]
+    sentences = [s for p in pieces for s in p.sentences.values()]
+    search = service.search(model, nbest=alternatives + 1)
+    found = await service.translate(model, sentences, search, request)
+    translated, others, at = [], [], 0
+    for p in pieces:
+        mine = found[at:at + len(p.sentences)]
+        at += len(p.sentences)
+        best = p.join([t.text for t in mine])
+        translated.append(best)
+        candidates = [p.join([t.nbest[min(k, len(t.nbest) - 1)][0] for t in mine])
+                      for k in range(1, alternatives + 1)] if mine else []
+        unique = []
+        for c in candidates:
+            if c != best and c not in unique:
+                unique.append(c)
+        others.append(unique)
+    return translated, others

@@ -1,0 +1,78 @@
+"""The models a server translates with, each a language pair read from its run directory."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from transduce.decoding.translator import Translator
+from transduce.errors import UserError
+from transduce.runs.load import read_config
+
+log = logging.getLogger("transduce.serve")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """`--model RUN_DIR` or `--model en:de=RUN_DIR`: a run and the pair it serves."""
+
+    run_dir: Path
+    source: str | None = None  # None: the run's data.src_lang
+    target: str | None = None  # None: the run's data.tgt_lang
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        match = re.fullmatch(r"([A-Za-z][\w-]*):([A-Za-z][\w-]*)=(.+)", text)
+        if match:
+            return cls(Path(match[3]), match[1].lower(), match[2].lower())
+        return cls(Path(text))
+
+    def pair(self) -> tuple[str, str]:
+        """The (source, target) codes: given, or the run's data.src_lang / data.tgt_lang."""
+        if self.source and self.target:
+            return self.source, self.target
+        data = read_config(self.run_dir).data
+        return data.src_lang.lower(), data.tgt_lang.lower()
+
+
+@dataclass
+class ServedModel:
+    source: str
+    target: str
+    translator: Translator
+    run_dir: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}-{self.target}"
+
+
+def load_models(specs: list[ModelSpec], *, device: str = "auto",
+                dtype: str = "float32") -> list[ServedModel]:
+    """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
+    checkpoint and search settings); one model per pair."""
+    if not specs:
+        raise UserError("serve needs at least one --model RUN_DIR")
+    models: dict[tuple[str, str], ServedModel] = {}
+    for spec in specs:
+        pair = spec.pair()
+        if pair in models:
+            raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
+                            f"{models[pair].run_dir} already; name another pair with "
+                            f"--model SRC:TGT={spec.run_dir}")
+        translator = Translator.load(spec.run_dir, device=device, dtype=dtype)
+        models[pair] = ServedModel(*pair, translator, spec.run_dir)
+        log.info("serving %s:%s from %s", *pair, spec.run_dir)
+    return list(models.values())
+
+
+def language_name(code: str) -> str:
+    """The English name of an ISO 639 code ("de" -> "German"), or the code if unknown."""
+    try:
+        from babel import Locale
+
+        return Locale("en").languages.get(code.replace("-", "_"), code)
+    except ImportError:  # pragma: no cover - babel comes with transduce[serve]
+        return code

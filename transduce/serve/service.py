@@ -1,0 +1,187 @@
+"""What the HTTP routes share: the models with their batchers, the settings, who may ask, and
+the metrics; and the errors a request can get."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from starlette.requests import Request
+
+from transduce.decoding.translator import Translation
+from transduce.serve.batcher import Batcher, Search
+from transduce.serve.guard import RateLimiter
+from transduce.serve.metrics import Metrics
+from transduce.serve.models import ServedModel, language_name
+from transduce.serve.settings import ServeSettings
+
+log = logging.getLogger("transduce.serve")
+
+
+class ApiError(Exception):
+    """A request the server will not serve: answered with `status` and {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+class Service:
+    def __init__(self, models: list[ServedModel], settings: ServeSettings) -> None:
+        if not models:
+            raise ValueError("a server needs at least one model")
+        self.settings = settings
+        self.models = {(m.source, m.target): m for m in models}
+        self.metrics = Metrics()
+        self.batchers = {
+            pair: Batcher(m.translator, max_tokens=settings.max_batch_tokens,
+                          wait=settings.batch_wait_ms / 1000, batching=settings.batching,
+                          on_batch=self._counter(m))
+            for pair, m in self.models.items()}
+        self.limiter = RateLimiter(settings.rate_limit, settings.rate_window)
+
+    def _counter(self, model: ServedModel):
+        def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
+            encode = model.translator.tokenizers.tgt.encode
+            target_tokens = sum(len(encode(t.text)) + 1 for t in results)
+            self.metrics.batch(model.name, sentences, target_tokens, seconds)
+        return on_batch
+
+    def start(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(b.stop() for b in self.batchers.values()))
+
+    # -- languages ------------------------------------------------------------------------------
+
+    def languages(self) -> list[dict]:
+        """LibreTranslate's /languages: every language served, with the targets it reaches."""
+        codes = sorted({code for pair in self.models for code in pair})
+        return [{"code": code, "name": language_name(code),
+                 "targets": sorted(t for s, t in self.models if s == code)} for code in codes]
+
+    def described(self, code: str) -> str:
+        return f"{language_name(code)} ({code})"
+
+    def model(self, source: str, target: str) -> ServedModel:
+        """The model of a pair, or the LibreTranslate error for it. `source` may be "auto"."""
+        codes = {code for pair in self.models for code in pair}
+        if source != "auto" and source not in codes:
+            raise ApiError(400, f"{source} is not supported")
+        if target not in codes:
+            raise ApiError(400, f"{target} is not supported")
+        if source == "auto":
+            sources = sorted(s for s, t in self.models if t == target)
+            if len(sources) == 1:
+                return self.models[sources[0], target]
+            if not sources:
+                raise ApiError(400, f"Invalid request: nothing is translated into "
+                                    f"{self.described(target)} here")
+            raise ApiError(400, f"Invalid request: source auto: {self.described(target)} is "
+                                f"translated from {', '.join(sources)} here, and this server "
+                                "does not detect languages; give the source language")
+        if (source, target) not in self.models:
+            raise ApiError(400, f"{self.described(target)} is not available as a target "
+                                f"language from {self.described(source)}")
+        return self.models[source, target]
+
+    # -- who may ask ----------------------------------------------------------------------------
+
+    def admit(self, request: Request, api_key) -> None:
+        """Refuse a request over the rate limit of its client address (every request counts),
+        or without a valid API key when keys are required."""
+        client = request.client.host if request.client else "unknown"
+        if not self.limiter.allow(client):
+            window = _per(self.settings.rate_window)
+            wait = max(1, round(self.limiter.retry_after(client)))
+            raise ApiError(429, f"Slowdown: {self.settings.rate_limit} per {window}",
+                           headers={"Retry-After": str(wait)})
+        if self.settings.api_keys and (not isinstance(api_key, str)
+                                       or api_key not in self.settings.api_keys):
+            raise ApiError(403, "Invalid API key")
+
+    # -- translating ----------------------------------------------------------------------------
+
+    async def translate(self, model: ServedModel, sentences: list[str], search: Search,
+                        request: Request | None = None) -> list[Translation]:
+        """The translations, through the model's batcher, within the request timeout. If the
+        client of `request` goes away first, its sentences leave the queue (if their batch has
+        not begun) and nobody is answered."""
+        if not sentences:
+            return []
+        work = asyncio.ensure_future(
+            self.batchers[model.source, model.target].translate(sentences, search))
+        waits = {work}
+        if request is not None:
+            waits.add(asyncio.ensure_future(_disconnected(request)))
+        try:
+            done, _ = await asyncio.wait(waits, timeout=self.settings.timeout or None,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        if work in done:
+            return work.result()
+        if done:
+            raise ApiError(499, "Client closed the request")
+        raise ApiError(503, f"Translation took longer than {self.settings.timeout:g} s; "
+                            "try again later", headers={"Retry-After": "1"})
+
+    def search(self, model: ServedModel, *, beam_size: int | None = None, nbest: int = 1,
+               attention: bool = False) -> Search:
+        """The search a request gets: the server's --beam or the model's own beam size (as
+        `transduce translate --model RUN_DIR`), widened to hold the n-best asked for."""
+        beam = beam_size or self.settings.beam_size or model.translator.decode.beam_size
+        return Search(max(beam, nbest), nbest, attention)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone (its body was read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def read_fields(request: Request) -> tuple[dict, bool]:
+    """A LibreTranslate request's fields from a JSON, urlencoded or multipart body (and the query
+    string), and whether they came as JSON."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    fields: dict = dict(request.query_params)
+    if kind == "application/json" or kind.endswith("+json"):
+        body = await request.body()
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the body is not UTF-8") from None
+        except json.JSONDecodeError:
+            raise ApiError(400, "Invalid JSON format") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "Invalid JSON format")
+        return {**fields, **data}, True
+    if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        if kind == "application/x-www-form-urlencoded":
+            try:
+                (await request.body()).decode("utf-8")
+            except UnicodeDecodeError:
+                raise ApiError(400, "Invalid request: the body is not UTF-8") from None
+        try:
+            form = await request.form()
+        except Exception as error:  # noqa: BLE001 - python-multipart's many parse errors
+            raise ApiError(400, f"Invalid request: unreadable form ({error})") from None
+        for key in form:
+            values = [v for v in form.getlist(key) if isinstance(v, str)]  # no uploaded files
+            if values:  # q given several times is a batch (as clients send lists in forms)
+                fields[key] = values if key == "q" and len(values) > 1 else values[0]
+        return fields, False
+    return fields, False
+
+
+def _per(seconds: float) -> str:
+    for name, length in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds == length:
+            return f"1 {name}"
+    return f"{seconds:g} seconds"

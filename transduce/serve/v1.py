@@ -1,0 +1,127 @@
+"""Our own API: POST /v1/translate (n-best with scores, pieces, cross-attention), GET /v1/models."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from transduce.decoding.translator import Translation
+from transduce.serve.models import language_name
+from transduce.serve.service import ApiError, Service
+
+MAX_NBEST = 16
+MAX_BEAM = 64
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: list[str] = Field(description="Sentences, each translated on its own", max_length=1024)
+    source: str | None = Field(None, description="Source language code (optional with one "
+                               "model)")
+    target: str | None = Field(None, description="Target language code (optional with one "
+                               "model)")
+    beam_size: int | None = Field(None, ge=1, le=MAX_BEAM,
+                                  description="Default: the server's --beam, else the model's")
+    nbest: int = Field(1, ge=1, le=MAX_NBEST, description="Translations per sentence, best "
+                       "first")
+    attention: bool = Field(False, description="Also the cross-attention of the best, heads "
+                            "averaged, with the source and target pieces")
+    layer: int | None = Field(None, description="Only this decoder layer's attention (from 0; "
+                              "-1 the last); default all layers")
+    api_key: str | None = None
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class SentenceTranslation(BaseModel):
+    text: str
+    nbest: list[Hypothesis]
+    source_pieces: list[str] | None = None
+    target_pieces: list[str] | None = None
+    attention: list[list[list[float]]] | None = Field(
+        None, description="(layers, target pieces, source pieces): the weight each target "
+        "piece gives each source piece, averaged over heads")
+    layers: list[int] | None = None
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    source: str
+    target: str
+    translations: list[SentenceTranslation]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    source: str
+    target: str
+    source_name: str
+    target_name: str
+    beam_size: int
+    parameters: int
+    layers: int
+
+
+def router(service: Service) -> APIRouter:
+    api = APIRouter(prefix="/v1", tags=["transduce"])
+
+    @api.get("/models", summary="The models served")
+    async def models() -> list[ModelInfo]:
+        return [ModelInfo(name=m.name, source=m.source, target=m.target,
+                          source_name=language_name(m.source), target_name=language_name(m.target),
+                          beam_size=service.search(m).beam_size,
+                          parameters=m.translator.model.num_parameters(),
+                          layers=m.translator.model.config.n_decoder_layers)
+                for m in service.models.values()]
+
+    @api.post("/translate", summary="Translate sentences: n-best, scores, attention",
+              responses={status: {"description": text, "content": {"application/json": {
+                  "schema": {"type": "object", "properties": {"error": {"type": "string"}}}}}}
+                  for status, text in ((400, "Invalid request"), (403, "No valid API key"),
+                                       (429, "Slow down"), (503, "Timed out"))})
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+        service.admit(request, body.api_key)
+        model = _model(service, body.source, body.target)
+        chars = sum(map(len, body.text))
+        limit = service.settings.max_chars
+        if limit != -1 and chars > limit:
+            raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit ({limit})")
+        layers = model.translator.model.config.n_decoder_layers
+        if body.layer is not None and not -layers <= body.layer < layers:
+            raise ApiError(400, f"Invalid request: layer {body.layer}: the model has {layers} "
+                                "decoder layers")
+        if body.beam_size is not None and body.nbest > body.beam_size:
+            raise ApiError(400, f"Invalid request: nbest {body.nbest} exceeds beam_size "
+                                f"{body.beam_size}")
+        search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
+                                attention=body.attention)
+        found = await service.translate(model, body.text, search, request)
+        return TranslateResponse(model=model.name, source=model.source, target=model.target,
+                                 translations=[_sentence(t, body.layer) for t in found])
+
+    return api
+
+
+def _model(service: Service, source: str | None, target: str | None):
+    if source is None and target is None and len(service.models) == 1:
+        return next(iter(service.models.values()))
+    if not source or not target:
+        raise ApiError(400, "Invalid request: give source and target (this server has "
+                            f"{', '.join(m.name for m in service.models.values())})")
+    return service.model(source.lower(), target.lower())
+
+
+def _sentence(t: Translation, layer: int | None) -> SentenceTranslation:
+    result = SentenceTranslation(text=t.text, nbest=[Hypothesis(text=text, score=score)
+                                                     for text, score in t.nbest])
+    if t.attention is not None:
+        weights = t.attention.mean(dim=1)  # (L, T, S): heads averaged
+        chosen = list(range(len(weights))) if layer is None else [layer % len(weights)]
+        result.attention = [weights[i].tolist() for i in chosen]
+        result.layers = chosen
+        result.source_pieces, result.target_pieces = t.src_pieces, t.tgt_pieces
+    return result

@@ -1,0 +1,82 @@
+"""`transduce serve`: its options, and the server started with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from pathlib import Path
+
+from transduce.decoding.config import DTYPES
+from transduce.errors import UserError
+from transduce.translate_command import at_least
+
+log = logging.getLogger("transduce.serve")
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", action="append", required=True, metavar="RUN_DIR",
+                        help="a run directory to serve, named by its data.src_lang and "
+                             "data.tgt_lang (or SRC:TGT=RUN_DIR); repeat for more pairs")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument("--port", type=at_least(0), default=5000)
+    parser.add_argument("--beam", type=at_least(1), metavar="K",
+                        help="beam size (default: each model's own, as `transduce translate`)")
+    parser.add_argument("--max-chars", type=int, default=5000, metavar="N",
+                        help="characters per request at most, all its texts together "
+                             "(default 5000; -1: no limit)")
+    parser.add_argument("--max-texts", type=int, default=128, metavar="N",
+                        help="texts in one request at most (default 128; -1: no limit)")
+    parser.add_argument("--max-alternatives", type=at_least(0), default=3, metavar="N",
+                        help="LibreTranslate's alternatives at most (default 3)")
+    parser.add_argument("--max-batch-tokens", type=at_least(1), default=4096, metavar="N",
+                        help="source tokens searched together, from all waiting requests "
+                             "(default 4096)")
+    parser.add_argument("--batch-wait-ms", type=at_least(0.0, float), default=5.0, metavar="MS",
+                        help="how long a batch waits for more requests to join (default 5)")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="serve one request at a time, as they come (for comparison)")
+    parser.add_argument("--api-keys", type=Path, metavar="FILE",
+                        help="a file of API keys, one per line: then every request needs one")
+    parser.add_argument("--rate-limit", metavar="N/minute",
+                        help="requests per client address (N/second, N/hour, N/day also)")
+    parser.add_argument("--timeout", type=at_least(0.0, float), default=60.0, metavar="SECONDS",
+                        help="a request not translated by then gets a 503 (default 60; 0: none)")
+    parser.add_argument("--threads", type=at_least(0), default=0,
+                        help="CPU threads for the models (default: PyTorch's)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from transduce.serve import ModelSpec, ServeSettings, create_app, load_models
+        from transduce.serve.settings import parse_rate_limit, read_api_keys
+    except ImportError as error:
+        raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
+            from None
+    limit, window = parse_rate_limit(args.rate_limit) if args.rate_limit else (0, 60.0)
+    settings = ServeSettings(
+        beam_size=args.beam, max_chars=args.max_chars, max_texts=args.max_texts,
+        max_alternatives=args.max_alternatives, max_batch_tokens=args.max_batch_tokens,
+        batch_wait_ms=args.batch_wait_ms, batching=not args.no_batching,
+        api_keys=read_api_keys(args.api_keys) if args.api_keys else frozenset(),
+        rate_limit=limit, rate_window=window, timeout=args.timeout, threads=args.threads,
+        device=args.device, dtype=args.dtype)
+    models = load_models([ModelSpec.parse(m) for m in args.model], device=args.device,
+                         dtype=args.dtype)
+    app = create_app(models, settings)
+    log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
+    # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
+    # again for the handler it found, this one: exit 0, the stop asked for
+    signal.signal(signal.SIGTERM, _exit_0)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info",
+                timeout_graceful_shutdown=None)
+    return 0
+
+
+def _exit_0(signum, frame) -> None:
+    raise SystemExit(0)
