@@ -4,4 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRANSDUCE_EXTRAS="[test]" scripts/setup.sh
+# the server's page is tested in a real browser: Debian's Chromium, installed when missing
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+    >/dev/null || echo "could not install chromium: the browser test will be skipped" >&2
+fi
 exec "${TRANSDUCE_VENV:-.venv}/bin/python" -m pytest "$@"

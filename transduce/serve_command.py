@@ -20,7 +20,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "data.tgt_lang (or SRC:TGT=RUN_DIR); repeat for more pairs")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    parser.add_argument("--port", type=at_least(0), default=5000)
+    parser.add_argument("--port", type=at_least(0), default=5000,
+                        help="port to listen on (default 5000, LibreTranslate's)")
     parser.add_argument("--beam", type=at_least(1), metavar="K",
                         help="beam size (default: each model's own, as `transduce translate`)")
     parser.add_argument("--max-chars", type=int, default=5000, metavar="N",
@@ -45,8 +46,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="a request not translated by then gets a 503 (default 60; 0: none)")
     parser.add_argument("--threads", type=at_least(0), default=0,
                         help="CPU threads for the models (default: PyTorch's)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument("--device", default="auto",
+                        help="where the models run: auto, cpu, cuda, cuda:1, mps")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
+                        help="the models' weights and activations (default float32)")
 
 
 def serve(args: argparse.Namespace) -> int:

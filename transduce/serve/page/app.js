@@ -98,6 +98,7 @@ function draw() {
   const grid = $("heatmap");
   if (!t.attention) { grid.replaceChildren(); return; }
   const w = weights(t);
+  const top = Math.max(...w.flat(), 1e-9);  // colours relative to the largest weight shown
   const src = t.source_pieces;
   const tgt = t.target_pieces;
   grid.style.gridTemplateColumns = `max-content repeat(${src.length}, minmax(1.6rem, 1fr))`;
@@ -119,7 +120,7 @@ function draw() {
       cell.className = "cell";
       cell.setAttribute("role", "gridcell");
       cell.dataset.weight = value.toFixed(4);
-      cell.style.background = `rgba(36, 86, 199, ${Math.min(1, value).toFixed(3)})`;
+      cell.style.background = `rgba(36, 86, 199, ${(value / top).toFixed(3)})`;
       cell.title = `${target} → ${source}: ${value.toFixed(3)}`;
       cell.addEventListener("mouseenter", () => {
         $("cell").textContent = `“${target}” gives “${source}” ${value.toFixed(3)}`;

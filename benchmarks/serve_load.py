@@ -1,0 +1,129 @@
+"""Serving under load: `transduce serve` on 127.0.0.1, N clients each sending one sentence at a
+time for a fixed time, with batching and without (one request at a time).
+
+Every client is a closed loop: it sends a single sentence of --src (LibreTranslate's POST
+/translate, JSON), waits for the answer, and sends the next. Reported per concurrency: requests/s
+and sentences/s (the same here: one sentence per request), latency p50/p95/p99, errors (any
+status but 200, or no answer), and the server's peak memory (VmHWM). The clients run in one
+process of their own (asyncio + httpx) on the same machine, so on a 2-core CPU they take some of
+the server's time; both configurations pay that alike.
+
+    python benchmarks/serve_load.py --model runs/m30k-en-de
+    python benchmarks/serve_load.py --model runs/m30k-en-de --clients 1 32 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
+                             Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def start_server(model: str, options: list[str]) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "serve", "--model", model, "--port", str(port),
+         *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited ({process.returncode}); run it by hand to see why")
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit("the server did not start in 60 s")
+
+
+def peak_memory_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float,
+               pair: tuple[str, str]) -> dict:
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def client(index: int, http: httpx.AsyncClient) -> None:
+        nonlocal errors
+        rng = random.Random(index)
+        while time.perf_counter() < stop:
+            sentence = rng.choice(sentences)
+            start = time.perf_counter()
+            try:
+                response = await http.post("/translate", json={
+                    "q": sentence, "source": pair[0], "target": pair[1]})
+                ok = response.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                latencies.append(time.perf_counter() - start)
+            else:
+                errors += 1
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        began = time.perf_counter()
+        await asyncio.gather(*(client(i, http) for i in range(clients)))
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+
+    def quantile(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0
+    return {"requests/s": len(latencies) / elapsed, "p50": quantile(0.5),
+            "p95": quantile(0.95), "p99": quantile(0.99), "errors": errors,
+            "mean": statistics.fmean(latencies) if latencies else 0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="runs/m30k-en-de", help="a trained run directory")
+    parser.add_argument("--src", default=str(SHARED / "multi30k" / "test_2016_flickr.en"))
+    parser.add_argument("--pair", default="en:de", help="the pair the model serves")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
+    parser.add_argument("--seconds", type=float, default=20.0, help="per measurement")
+    parser.add_argument("--threads", type=int, default=2, help="the server's CPU threads")
+    args = parser.parse_args()
+    sentences = [s for s in Path(args.src).read_text(encoding="utf-8").splitlines() if s.strip()]
+    pair = tuple(args.pair.split(":"))
+    print(f"{os.cpu_count()} CPUs; model {args.model}; {len(sentences)} sentences of {args.src}; "
+          f"{args.seconds:g} s per row; one sentence per request\n")
+    print("| server | clients | requests/s | sentences/s | p50 ms | p95 ms | p99 ms | errors | "
+          "peak memory |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, options in (("batching", []), ("one at a time", ["--no-batching"])):
+        process, url = start_server(args.model, ["--threads", str(args.threads),
+                                                 "--max-texts", "-1", *options])
+        try:
+            asyncio.run(load(url, sentences[:50], 4, 3.0, pair))  # warm-up
+            for clients in args.clients:
+                r = asyncio.run(load(url, sentences, clients, args.seconds, pair))
+                print(f"| {name} | {clients} | {r['requests/s']:.1f} | {r['requests/s']:.1f} | "
+                      f"{1000 * r['p50']:.0f} | {1000 * r['p95']:.0f} | {1000 * r['p99']:.0f} | "
+                      f"{r['errors']} | {peak_memory_mib(process.pid):.0f} MiB |", flush=True)
+        finally:
+            process.terminate()
+            process.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    main()
