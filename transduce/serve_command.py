@@ -23,7 +23,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=at_least(0), default=5000,
                         help="port to listen on (default 5000, LibreTranslate's)")
     parser.add_argument("--beam", type=at_least(1), metavar="K",
-                        help="beam size (default: each model's own, as `transduce translate`)")
+                        help="the beam size of every search (default: each model's own, as "
+                             "`transduce translate` uses it)")
     parser.add_argument("--max-chars", type=int, default=5000, metavar="N",
                         help="characters per request at most, all its texts together "
                              "(default 5000; -1: no limit)")
