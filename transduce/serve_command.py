@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -45,8 +46,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="requests per client address (N/second, N/hour, N/day also)")
     parser.add_argument("--timeout", type=at_least(0.0, float), default=60.0, metavar="SECONDS",
                         help="a request not translated by then gets a 503 (default 60; 0: none)")
+    parser.add_argument("--workers", type=at_least(1), default=1,
+                        help="server processes, each with its own copy of the models and its "
+                             "own batches (default 1); on a CPU, more workers with fewer "
+                             "threads each keep more cores busy")
     parser.add_argument("--threads", type=at_least(0), default=0,
-                        help="CPU threads for the models (default: PyTorch's)")
+                        help="CPU threads per worker (default: the CPUs shared among the "
+                             "workers; with one worker PyTorch's default)")
     parser.add_argument("--device", default="auto",
                         help="where the models run: auto, cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -58,6 +64,8 @@ def serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from transduce.serve import ModelSpec, ServeSettings, create_app, load_models
+        from transduce.serve.app import MODELS_VARIABLE, SETTINGS_VARIABLE
+        from transduce.serve.models import check_specs
         from transduce.serve.settings import parse_rate_limit, read_api_keys
     except ImportError as error:
         raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
@@ -69,16 +77,26 @@ def serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms, batching=not args.no_batching,
         api_keys=read_api_keys(args.api_keys) if args.api_keys else frozenset(),
         rate_limit=limit, rate_window=window, timeout=args.timeout, threads=args.threads,
-        device=args.device, dtype=args.dtype)
-    models = load_models([ModelSpec.parse(m) for m in args.model], device=args.device,
-                         dtype=args.dtype)
-    app = create_app(models, settings)
+        workers=args.workers, device=args.device, dtype=args.dtype)
+    specs = [ModelSpec.parse(m) for m in args.model]
     log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
     # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
     # again for the handler it found, this one: exit 0, the stop asked for
     signal.signal(signal.SIGTERM, _exit_0)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info",
-                timeout_graceful_shutdown=None)
+    serving = dict(host=args.host, port=args.port, log_level="info",
+                   timeout_graceful_shutdown=None)
+    if settings.workers == 1:
+        models = load_models(specs, device=args.device, dtype=args.dtype)
+        uvicorn.run(create_app(models, settings), **serving)
+    else:  # each worker process builds its app from the environment (create_app's factory)
+        check_specs(specs)
+        if any("," in m for m in args.model):
+            raise UserError("--workers: a --model with a comma in it cannot be passed on to "
+                            "the workers; rename or link the run directory")
+        os.environ[MODELS_VARIABLE] = ",".join(args.model)
+        os.environ[SETTINGS_VARIABLE] = settings.to_json()
+        uvicorn.run("transduce.serve:create_app", factory=True, workers=settings.workers,
+                    **serving)
     return 0
 
 

@@ -22,3 +22,19 @@ def test_search_runs_the_search_its_settings_name():
     drawn = search(model, src, greedy, sampling=seeded)
     assert [h[0].tokens for h in drawn] == [tuple(t) for t in sample(
         model, src, top_k=5, generator=torch.Generator().manual_seed(4), **limits)]
+
+
+def test_each_source_is_told_once_as_soon_as_it_is_done_with_what_is_returned():
+    model = small_model()
+    src = random_tokens(6, 7)
+    src[1, 3:] = 1  # shorter: a lower length limit, done earlier
+    for decode, nbest in ((DecodeConfig(beam_size=1, max_len_a=0.5, max_len_b=3), 1),
+                          (DecodeConfig(beam_size=3, max_len_a=0.5, max_len_b=3), 2)):
+        told = []
+        returned = search(model, src, decode, nbest=nbest,
+                          on_done=lambda i, hyps, told=told: told.append((i, hyps)))
+        assert sorted(i for i, _ in told) == list(range(6))  # each once
+        assert all(hyps == returned[i] for i, hyps in told)
+        if decode.beam_size == 1:  # told at the step each ends: shorter outputs first
+            lengths = [len(hyps[0].tokens) for _, hyps in told]
+            assert lengths == sorted(lengths)

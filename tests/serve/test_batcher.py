@@ -69,3 +69,25 @@ def test_a_cancelled_request_is_left_out(translator):
     [only] = asyncio.run(main())
     assert only.text == translator.translate(["twelve"], beam_size=1)[0]
     assert batches == [1]
+
+
+def test_a_request_is_answered_when_its_sentences_are_done_not_the_whole_batch(translator):
+    batches, answered = [], []
+    batcher = Batcher(translator, wait=0.05, on_batch=lambda n, *_: batches.append(n))
+    short, long = ["seven"], ["three hundred and seventy-seven thousand and seventy-seven"]
+
+    async def main():
+        batcher.start()
+
+        async def ask(name, sentences):
+            result = await batcher.translate(sentences, Search(1))
+            answered.append(name)
+            return result
+        results = await asyncio.gather(ask("long", long), ask("short", short))
+        await batcher.stop()
+        return results
+    long_result, short_result = asyncio.run(main())
+    assert batches == [2]  # one batch
+    assert answered == ["short", "long"]
+    assert short_result[0].text == translator.translate(short, beam_size=1)[0]
+    assert long_result[0].text == translator.translate(long, beam_size=1)[0]

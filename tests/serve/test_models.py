@@ -53,3 +53,11 @@ def test_bad_options_are_one_line(run_dir, capsys, args, message):
     assert main(["serve", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_settings_reach_the_workers_whole():
+    settings = ServeSettings(beam_size=4, api_keys=frozenset({"a", "b"}), rate_limit=5,
+                             rate_window=1.0, workers=3, batching=False)
+    assert ServeSettings.from_json(settings.to_json()) == settings
+    assert settings.threads_per_worker() >= 1
+    assert ServeSettings().threads_per_worker() == 0  # one worker: PyTorch's default

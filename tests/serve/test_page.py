@@ -23,6 +23,7 @@ def test_type_translate_and_see_the_attention(server, translator, tmp_path):  # 
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(url + "/")
             sync_api.expect(page.locator("#pair option")).to_have_text(["English → German"])
+            sync_api.expect(page.locator("#translate")).to_be_enabled()
             page.fill("#source", "forty-two")
             page.click("#translate")
             sync_api.expect(page.locator("#translation li")).to_have_text([expected.text])
@@ -57,6 +58,7 @@ def test_the_page_shows_an_error_from_the_server(server):  # noqa: F811
         try:
             page = browser.new_page()
             page.goto(url + "/")
+            sync_api.expect(page.locator("#translate")).to_be_enabled()  # the models are known
             page.fill("#source", "one hundred and two")
             page.click("#translate")
             sync_api.expect(page.locator("#error")).to_have_text(

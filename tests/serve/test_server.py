@@ -152,3 +152,19 @@ async def _until_in_progress(client, n):
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"never {n} requests in progress")
+
+
+def test_several_workers_answer_as_one_and_stop_on_sigterm(server, run_dir, tmp_path):
+    lines = [num2words(n) for n in range(5, 1000, 31)]
+    expected = _translate_command(run_dir, lines, tmp_path)
+    process, url = server("--workers", "2")
+
+    async def clients():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await asyncio.gather(*(
+                client.post("/translate", json={"q": line, "source": "en", "target": "de"})
+                for line in lines))
+    responses = asyncio.run(clients())
+    assert [r.json()["translatedText"] for r in responses] == expected
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=60) == 0

@@ -18,6 +18,7 @@ never simply the first to finish; done sentences leave the decoder's batch.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,8 +50,11 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
                 length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
                 min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
                 length_normalization: str = "gnmt", stopping: str = "early",
-                use_cache: bool = True) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses of each source in src (B, S), best first."""
+                use_cache: bool = True,
+                on_done: Callable[[int, list[Hypothesis]], None] | None = None,
+                ) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses of each source in src (B, S), best first. `on_done(i,
+    hypotheses)` is told of each sentence's as soon as its search is over."""
     if length_normalization not in ("gnmt", "power"):
         raise ValueError(f"length_normalization must be 'gnmt' or 'power', got "
                          f"{length_normalization!r}")
@@ -119,6 +123,9 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
 
         done = _done(finished, active, scores, limits, step, nbest, alpha, length_normalization,
                      exact=stopping == "exact")
+        if on_done is not None:
+            for sentence in active[done].tolist():
+                on_done(sentence, sorted(finished[sentence], reverse=True)[:nbest])
         if done.all():
             break
         if done.any():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -13,22 +15,25 @@ from transduce.model.transformer import Transformer
 
 def greedy_search(model: Transformer | Ensemble, src: Tensor, *, max_len_a: float = 1.0,
                   max_len_b: int = 50, min_len: int = 1, prefixes: list[list[int]] | None = None,
-                  use_cache: bool = True) -> list[list[int]]:
+                  use_cache: bool = True,
+                  on_done: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
     """The most likely next token at each step, for a batch of sources (B, S).
 
     Returns each output's token ids without <bos>/<eos>, in batch order. A sentence that has
     produced <eos> (or reached its maximum length) leaves the batch, so the work shrinks as
-    outputs finish. `prefixes` force the first target tokens of each sentence.
+    outputs finish. `prefixes` force the first target tokens of each sentence. `on_done(i,
+    output)` is told of each sentence's output as soon as it is complete.
     """
     return _one_token_per_step(model, src, argmax, max_len_a=max_len_a,
                                max_len_b=max_len_b, min_len=min_len, prefixes=prefixes,
-                               use_cache=use_cache)
+                               use_cache=use_cache, on_done=on_done)
 
 
 def sample(model: Transformer | Ensemble, src: Tensor, *, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None,
            max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1,
-           prefixes: list[list[int]] | None = None) -> list[list[int]]:
+           prefixes: list[list[int]] | None = None,
+           on_done: Callable[[int, list[int]], None] | None = None) -> list[list[int]]:
     """Sample each next token (e.g. for back-translation): from p^(1/temperature), restricted
     to the `top_k` most likely tokens and/or the smallest set whose probability reaches
     `top_p` (nucleus)."""
@@ -48,13 +53,14 @@ def sample(model: Transformer | Ensemble, src: Tensor, *, temperature: float = 1
         return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
 
     return _one_token_per_step(model, src, choose, max_len_a=max_len_a, max_len_b=max_len_b,
-                               min_len=min_len, prefixes=prefixes, use_cache=True)
+                               min_len=min_len, prefixes=prefixes, use_cache=True,
+                               on_done=on_done)
 
 
 @torch.no_grad()
 def _one_token_per_step(model: Transformer | Ensemble, src: Tensor, choose, *,
                         max_len_a: float, max_len_b: int, min_len: int, prefixes,
-                        use_cache: bool) -> list[list[int]]:
+                        use_cache: bool, on_done=None) -> list[list[int]]:
     """`choose` picks each row's next token from its logits, (rows, V) -> (rows,): they are the
     log-probabilities less a constant per row, so no log-softmax is needed for an argmax or a
     softmax."""
@@ -81,6 +87,9 @@ def _one_token_per_step(model: Transformer | Ensemble, src: Tensor, choose, *,
         out[active_cpu, step] = tokens.masked_fill(finished, config.pad_id).cpu()
         lengths[active_cpu[finished.cpu()]] = step
         finished |= (step + 1) >= limits[active]
+        if on_done is not None:
+            for i in active_cpu[finished.cpu()].tolist():
+                on_done(i, out[i, : int(lengths[i])].tolist())
         if finished.all():
             break
         steps.append(tokens)

@@ -3,6 +3,7 @@ and validation both run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,14 +27,18 @@ class Sampling:
 
 
 def search(model: Transformer | Ensemble, src: Tensor, decode: DecodeConfig, *, nbest: int = 1,
-           prefixes: list[list[int]] | None = None,
-           sampling: Sampling | None = None) -> list[list[Hypothesis]]:
+           prefixes: list[list[int]] | None = None, sampling: Sampling | None = None,
+           on_done: Callable[[int, list[Hypothesis]], None] | None = None,
+           ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each source of src (B, S), best first, in batch order:
     drawn when `sampling` is given, else greedy search when decode.beam_size and nbest are 1
     (what beam search of size 1 finds, faster), else beam search. `prefixes` force the first
-    target tokens of each sentence. Greedy and sampled hypotheses carry no score (0.0)."""
+    target tokens of each sentence. Greedy and sampled hypotheses carry no score (0.0).
+    `on_done(i, hypotheses)` is told of each source's as soon as they are known."""
     limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
                   min_len=decode.min_len, prefixes=prefixes)
+    if on_done is not None and (sampling is not None or (decode.beam_size == 1 and nbest == 1)):
+        limits["on_done"] = lambda i, tokens: on_done(i, _unscored(tokens))
     if sampling is not None:
         outputs = sample(model, src, temperature=sampling.temperature, top_k=sampling.top_k,
                          top_p=sampling.top_p, generator=sampling.generator, **limits)
@@ -43,5 +48,9 @@ def search(model: Transformer | Ensemble, src: Tensor, decode: DecodeConfig, *, 
         return beam_search(model, src, beam_size=decode.beam_size,
                            length_penalty_alpha=decode.length_penalty, nbest=nbest,
                            length_normalization=decode.length_normalization,
-                           stopping=decode.stopping, **limits)
-    return [[Hypothesis(0.0, 0.0, tuple(tokens))] for tokens in outputs]
+                           stopping=decode.stopping, on_done=on_done, **limits)
+    return [_unscored(tokens) for tokens in outputs]
+
+
+def _unscored(tokens: list[int]) -> list[Hypothesis]:
+    return [Hypothesis(0.0, 0.0, tuple(tokens))]

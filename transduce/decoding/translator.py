@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -109,13 +109,16 @@ class Translator:
                            sampling: bool = False, temperature: float = 1.0, top_k: int = 0,
                            top_p: float = 1.0, seed: int | None = None,
                            prefixes: list[str] | None = None, attention: bool = False,
-                           progress: bool = False) -> list[Translation]:
+                           progress: bool = False,
+                           on_translation: Callable[[int, Translation], None] | None = None,
+                           ) -> list[Translation]:
         """Translations with n-best scores, and optionally the cross-attention of the best.
 
         Sentences are batched by `max_tokens` source tokens, longest first, and returned in
         input order. An empty sentence gives an empty translation. Beam size 1 is greedy search;
         `sampling` draws (temperature, top-k, top-p) instead of searching. `prefixes` force the
-        start of each translation.
+        start of each translation. `on_translation(i, translation)` is told of each sentence's
+        as soon as it is known (before the rest of its batch, whose search goes on).
         """
         decode = replace(self.decode, **{k: v for k, v in dict(
             beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
@@ -137,15 +140,25 @@ class Translator:
             drawing = Sampling(temperature, top_k, top_p, generator)
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
-        for i in set(range(len(sentences))) - set(todo):
+        def done(i: int, hyps: list[Hypothesis]) -> None:
+            results[i] = self._result(sentences[i], sources[i], hyps, attention)
+            if on_translation is not None:
+                on_translation(i, results[i])
+
+        for i in sorted(set(range(len(sentences))) - set(todo)):
             results[i] = Translation(sentences[i], [("", 0.0)])
+            if on_translation is not None:
+                on_translation(i, results[i])
         bar = tqdm(total=len(todo), unit="sent", disable=not progress)
         for batch in self._batches(todo, sources, decode.max_tokens):
             src = self._pad([sources[i] for i in batch])
             outputs = search(self.model, src, decode, nbest=nbest, sampling=drawing,
-                             prefixes=[forced[i] for i in batch] if forced else None)
+                             prefixes=[forced[i] for i in batch] if forced else None,
+                             on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
+                             if on_translation is not None else None)
             for i, hyps in zip(batch, outputs, strict=True):
-                results[i] = self._result(sentences[i], sources[i], hyps, attention)
+                if results[i] is None:  # not told of already
+                    done(i, hyps)
             bar.update(len(batch))
         bar.close()
         return results

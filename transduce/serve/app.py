@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from transduce import __version__
+from transduce.errors import UserError
 from transduce.serve import libretranslate, v1
 from transduce.serve.models import ModelSpec, ServedModel, load_models
 from transduce.serve.service import ApiError, Service
@@ -27,19 +29,28 @@ log = logging.getLogger("transduce.serve")
 PAGE = Path(str(resources.files("transduce.serve") / "page"))
 
 
+MODELS_VARIABLE = "TRANSDUCE_SERVE_MODELS"
+SETTINGS_VARIABLE = "TRANSDUCE_SERVE_SETTINGS"
+
+
 def create_app(models: list[ServedModel] | list[str | Path] | None = None,
                settings: ServeSettings | None = None) -> FastAPI:
-    """The app serving `models`: loaded ones, or run directories (also "en:de=RUN_DIR") to load;
-    None reads them from TRANSDUCE_SERVE_MODELS (run directories separated by commas), for
-    `uvicorn --factory transduce.serve:create_app`."""
-    settings = settings or ServeSettings()
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    if models is None:
-        import os
+    """The app serving `models`: loaded ones, or run directories (also "en:de=RUN_DIR") to load.
 
-        models = [m for m in os.environ.get("TRANSDUCE_SERVE_MODELS", "").split(",") if m]
-    if models and not isinstance(models[0], ServedModel):
+    Called with no arguments, as `uvicorn --factory transduce.serve:create_app` or gunicorn's
+    workers do, it reads the run directories from TRANSDUCE_SERVE_MODELS (separated by commas)
+    and the settings from TRANSDUCE_SERVE_SETTINGS (`ServeSettings.to_json()`), if set.
+    """
+    if settings is None and os.environ.get(SETTINGS_VARIABLE):
+        settings = ServeSettings.from_json(os.environ[SETTINGS_VARIABLE])
+    settings = settings or ServeSettings()
+    if settings.threads_per_worker():
+        torch.set_num_threads(settings.threads_per_worker())
+    if models is None:
+        models = [m for m in os.environ.get(MODELS_VARIABLE, "").split(",") if m]
+        if not models:
+            raise UserError(f"no models: set {MODELS_VARIABLE} to run directories")
+    if not isinstance(models[0], ServedModel):
         models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
                              dtype=settings.dtype)
     service = Service(list(models), settings)

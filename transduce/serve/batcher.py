@@ -4,8 +4,9 @@ Each model has one queue and one worker task. The worker takes the first waiting
 gathers the others that ask for the same search (beam size, n-best, attention) until the token
 budget is full or `wait` seconds have passed since it began, and runs the search on a thread of
 its own, so that the event loop goes on accepting requests meanwhile; requests that came during
-a search are the next batch. The Translator's results do not depend on which sentences share a
-batch, so every request gets exactly what it would get alone.
+a search are the next batch. A request is answered as soon as its own sentences are translated,
+without waiting for the longest sentence of its batch. The Translator's results do not depend on
+which sentences share a batch, so every request gets exactly what it would get alone.
 """
 
 from __future__ import annotations
@@ -140,11 +141,23 @@ class Batcher:
         batch = [job for job in batch if not job.future.done()]
         if not batch:
             return
+        loop = asyncio.get_running_loop()
         sentences = [s for job in batch for s in job.sentences]
+        owners = [(job, at) for job in batch for at in range(len(job.sentences))]
+        answers: dict[int, list] = {id(job): [None] * len(job.sentences) for job in batch}
+        missing = {id(job): len(job.sentences) for job in batch}
+
+        def answered(i: int, translation: Translation) -> None:  # on the search's thread
+            job, at = owners[i]
+            answers[id(job)][at] = translation
+            missing[id(job)] -= 1
+            if not missing[id(job)]:  # the request is complete: answer it now
+                loop.call_soon_threadsafe(_resolve, job.future, answers[id(job)])
+
         start = time.perf_counter()
         try:
-            results = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._translate, sentences, search)
+            results = await loop.run_in_executor(self._executor, self._translate, sentences,
+                                                 search, answered)
         except Exception as error:  # noqa: BLE001 - each request answers with it
             for job in batch:
                 if not job.future.done():
@@ -153,13 +166,14 @@ class Batcher:
         if self.on_batch is not None:
             self.on_batch(len(sentences), sum(job.tokens for job in batch),
                           time.perf_counter() - start, results)
-        at = 0
-        for job in batch:
-            if not job.future.done():
-                job.future.set_result(results[at:at + len(job.sentences)])
-            at += len(job.sentences)
 
-    def _translate(self, sentences: list[str], search: Search) -> list[Translation]:
+    def _translate(self, sentences: list[str], search: Search, answered) -> list[Translation]:
         return self.translator.translate_detailed(
             sentences, beam_size=search.beam_size, nbest=search.nbest, attention=search.attention,
-            max_tokens=max(self.max_tokens, self.translator.decode.max_tokens))
+            max_tokens=max(self.max_tokens, self.translator.decode.max_tokens),
+            on_translation=answered)
+
+
+def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:
+    if not future.done():  # not cancelled meanwhile
+        future.set_result(translations)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
+from transduce.runs.checkpoint import model_checkpoint
 from transduce.runs.load import read_config
 
 log = logging.getLogger("transduce.serve")
@@ -49,23 +50,33 @@ class ServedModel:
         return f"{self.source}-{self.target}"
 
 
+def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], ModelSpec]:
+    """Each spec's pair, one model per pair, each a run with a checkpoint: what can be known
+    without loading a model (and is, before starting worker processes)."""
+    if not specs:
+        raise UserError("serve needs at least one --model RUN_DIR")
+    pairs: dict[tuple[str, str], ModelSpec] = {}
+    for spec in specs:
+        pair = spec.pair()
+        if pair in pairs:
+            raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
+                            f"{pairs[pair].run_dir} already; name another pair with "
+                            f"--model SRC:TGT={spec.run_dir}")
+        model_checkpoint(spec.run_dir)
+        pairs[pair] = spec
+    return pairs
+
+
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 dtype: str = "float32") -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair."""
-    if not specs:
-        raise UserError("serve needs at least one --model RUN_DIR")
-    models: dict[tuple[str, str], ServedModel] = {}
-    for spec in specs:
-        pair = spec.pair()
-        if pair in models:
-            raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
-                            f"{models[pair].run_dir} already; name another pair with "
-                            f"--model SRC:TGT={spec.run_dir}")
+    models = []
+    for pair, spec in check_specs(specs).items():
         translator = Translator.load(spec.run_dir, device=device, dtype=dtype)
-        models[pair] = ServedModel(*pair, translator, spec.run_dir)
+        models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
-    return list(models.values())
+    return models
 
 
 def language_name(code: str) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +25,13 @@ class ServeSettings:
     rate_limit: int = 0  # requests per client address per rate_window (0: no limit)
     rate_window: float = 60.0  # seconds
     timeout: float = 60.0  # seconds a request may wait for its translation (0: no limit)
-    threads: int = 0  # CPU threads for the models (0: PyTorch's default)
+    threads: int = 0  # CPU threads for the models, per worker (0: the CPUs / workers)
+    workers: int = 1  # server processes, each with its own copy of the models
     device: str = "auto"
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens",):
+        for name in ("max_batch_tokens", "workers"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
         for name in ("batch_wait_ms", "timeout", "rate_limit", "threads", "max_alternatives"):
@@ -38,6 +42,25 @@ class ServeSettings:
         for name in ("max_chars", "max_texts"):
             if getattr(self, name) < 1 and getattr(self, name) != -1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, or -1 for none")
+
+
+    def to_json(self) -> str:
+        """For the worker processes: `from_json` gives these settings back."""
+        fields = dataclasses.asdict(self)
+        fields["api_keys"] = sorted(self.api_keys)
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        fields = json.loads(text)
+        return cls(**{**fields, "api_keys": frozenset(fields.get("api_keys", ()))})
+
+    def threads_per_worker(self) -> int:
+        """--threads; else with several workers the CPUs shared among them, else 0 (PyTorch's
+        default)."""
+        if self.threads or self.workers == 1:
+            return self.threads
+        return max(1, (os.cpu_count() or 1) // self.workers)
 
 
 _WINDOWS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}

@@ -28,6 +28,7 @@ async function loadModels() {
     option.textContent = `${m.source_name} → ${m.target_name}`;
     return option;
   }));
+  $("translate").disabled = false;  // only now is there a model to ask
 }
 
 async function translate(event) {
