@@ -55,6 +55,6 @@ def test_training_and_other_dtypes_keep_f_linear(calls):
 
 
 def test_row_buckets_are_few_and_waste_at_most_an_eighth():
-    padded = {n: n + (-n % module._bucket(n)) for n in range(1, 2049)}
+    padded = {n: n + (-n % module.row_bucket(n)) for n in range(1, 2049)}
     assert len(set(padded.values())) <= 80  # 2,048 row counts, few kernels
     assert all(p - n <= max(15, n // 8) for n, p in padded.items())

@@ -51,7 +51,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             and not torch.is_autocast_enabled("cpu")):
         rows = x.reshape(-1, x.shape[-1])
         n = len(rows)
-        padding = -n % _bucket(n)
+        padding = -n % row_bucket(n)
         if padding:
             out = onednn_linear(torch.cat([rows, rows.new_zeros(padding, rows.shape[1])]),
                                 weight, bias)[:n]
@@ -61,7 +61,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return F.linear(x, weight, bias)
 
 
-def _bucket(rows: int) -> int:
+def row_bucket(rows: int) -> int:
     """oneDNN builds a kernel for each input shape it meets (about 2 ms of JIT compilation) and
     keeps it (about 0.6 MB, up to 1,024 of them); a search meets every row count from the batch
     down to 1 as sentences finish. Rows are padded to a multiple of this (16, or an eighth to a
