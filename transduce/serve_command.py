@@ -8,9 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from transduce.decoding.config import DTYPES
 from transduce.errors import UserError
-from transduce.translate_command import at_least
+from transduce.translate_command import add_device_options, at_least
 
 log = logging.getLogger("transduce.serve")
 
@@ -53,11 +52,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=at_least(0), default=0,
                         help="CPU threads per worker (default: the CPUs shared among the "
                              "workers; with one worker PyTorch's default)")
-    parser.add_argument("--device", default="auto",
-                        help="where the models run: auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES,
-                        help="the models' weights and activations (default float32)")
-
+    add_device_options(parser)
 
 def serve(args: argparse.Namespace) -> int:
     try:

@@ -61,6 +61,11 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
                        default_text="the run's decode.{name}",
                        choices={"stopping": STOPPING,
                                 "length_normalization": LENGTH_NORMALIZATIONS})
+    add_device_options(parser)
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """Where the models run and in what precision: --device, --dtype."""
     parser.add_argument("--device", default="auto",
                         help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,

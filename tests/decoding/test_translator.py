@@ -38,6 +38,7 @@ def test_nbest_scores_and_attention(run_dir):
     assert [s for _, s in t.nbest] == sorted((s for _, s in t.nbest), reverse=True)
     layers, heads, n_tgt, n_src = t.attention.shape
     assert (n_tgt, n_src) == (len(t.tgt_pieces), len(t.src_pieces))
+    assert t.length == len(t.tgt_pieces) - 1  # the best's tokens, <eos> not counted
     assert t.attention.sum(-1).allclose(t.attention.new_ones(layers, heads, n_tgt))
 
 

@@ -62,6 +62,14 @@ def _translate_command(run_dir, lines, tmp_path) -> list[str]:
     return output.read_text(encoding="utf-8").splitlines()
 
 
+async def _one_request_per_line(url, lines):
+    """All lines at once, each a request of its own."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        return await asyncio.gather(*(
+            client.post("/translate", json={"q": line, "source": "en", "target": "de"})
+            for line in lines))
+
+
 def test_libretranslatepy_and_libretranslate_aio(server, translator):
     _, url = server()
     client = LibreTranslateAPI(url + "/")
@@ -83,18 +91,12 @@ def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_pa
     expected = _translate_command(run_dir, lines, tmp_path)
     _, url = server("--batch-wait-ms", "20")
 
-    async def clients():
-        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            return await asyncio.gather(*(
-                client.post("/translate", json={"q": line, "source": "en", "target": "de"})
-                for line in lines))
-    responses = asyncio.run(clients())
+    responses = asyncio.run(_one_request_per_line(url, lines))
     assert [r.status_code for r in responses] == [200] * 64
     assert [r.json()["translatedText"] for r in responses] == expected
-    metrics = httpx.get(f"{url}/metrics").text
-    batches = next(line for line in metrics.splitlines()
-                   if line.startswith('transduce_batch_sentences_count{model="en-de"}'))
-    assert float(batches.split()[-1]) < 64  # sentences of several requests searched together
+    _metric_reaches(url, 'transduce_batch_sentences_sum{model="en-de"}', 64)  # all counted
+    batches = _metric(url, 'transduce_batch_sentences_count{model="en-de"}')
+    assert batches < 64  # sentences of several requests searched together
 
 
 def test_sigterm_finishes_the_accepted_requests_then_exits_0(server):
@@ -137,12 +139,27 @@ def test_a_client_that_leaves_costs_the_others_nothing(server):
                 b.cancel()  # and its connection closes with its client
             c = await client.post("/translate", json={"q": "seven", "source": "en",
                                                       "target": "de"})
-            return await a, c, (await client.get("/metrics")).text
-    a, c, metrics = asyncio.run(clients())
+            return await a, c
+    a, c = asyncio.run(clients())
     assert a.status_code == c.status_code == 200
-    translated = next(line for line in metrics.splitlines()
-                      if line.startswith('transduce_sentences_total{model="en-de"}'))
-    assert float(translated.split()[-1]) == len(first) + 1  # not the second's 100
+    # the count follows each batch's answers: had the second been translated (before the third,
+    # one at a time), its 100 would be there by the time the third's sentence is
+    translated = _metric_reaches(url, 'transduce_sentences_total{model="en-de"}',
+                                 len(first) + 1)
+    assert translated == len(first) + 1  # not the second's 100
+
+
+def _metric(url, name) -> float:
+    lines = httpx.get(f"{url}/metrics").text.splitlines()
+    return next((float(line.split()[-1]) for line in lines if line.startswith(name + " ")), 0.0)
+
+
+def _metric_reaches(url, name, value, seconds=30) -> float:
+    """The metric once it is at least `value` (it is updated just after the answers go out)."""
+    deadline = time.monotonic() + seconds
+    while (now := _metric(url, name)) < value and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return now
 
 
 async def _until_in_progress(client, n):
@@ -159,12 +176,7 @@ def test_several_workers_answer_as_one_and_stop_on_sigterm(server, run_dir, tmp_
     expected = _translate_command(run_dir, lines, tmp_path)
     process, url = server("--workers", "2")
 
-    async def clients():
-        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            return await asyncio.gather(*(
-                client.post("/translate", json={"q": line, "source": "en", "target": "de"})
-                for line in lines))
-    responses = asyncio.run(clients())
+    responses = asyncio.run(_one_request_per_line(url, lines))
     assert [r.json()["translatedText"] for r in responses] == expected
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == 0

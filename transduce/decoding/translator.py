@@ -34,6 +34,7 @@ class Translation:
     src_pieces: list[str] | None = None
     tgt_pieces: list[str] | None = None  # of the best, ending with <eos>
     attention: Tensor | None = None  # cross-attention of the best: (layers, heads, T, S)
+    length: int = 0  # target tokens of the best, <eos> not counted
 
     @property
     def text(self) -> str:
@@ -193,7 +194,8 @@ class Translator:
     def _result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
                 attention: bool) -> Translation:
         decode = self.tokenizers.tgt.decode
-        result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps])
+        result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps],
+                             length=len(hyps[0].tokens) if hyps else 0)
         if attention and hyps:
             best = list(hyps[0].tokens)
             config = self.model.config

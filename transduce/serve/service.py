@@ -45,8 +45,7 @@ class Service:
 
     def _counter(self, model: ServedModel):
         def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
-            encode = model.translator.tokenizers.tgt.encode
-            target_tokens = sum(len(encode(t.text)) + 1 for t in results)
+            target_tokens = sum(t.length + 1 for t in results)  # <eos> included
             self.metrics.batch(model.name, sentences, target_tokens, seconds)
         return on_batch
 
