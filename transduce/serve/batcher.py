@@ -35,6 +35,8 @@ class _Job:
     search: Search
     tokens: int
     future: asyncio.Future = field(repr=False)
+    answers: list = field(default_factory=list, repr=False)  # filled as the search goes
+    missing: int = 0  # answers still to come
 
 
 class Batcher:
@@ -144,15 +146,15 @@ class Batcher:
         loop = asyncio.get_running_loop()
         sentences = [s for job in batch for s in job.sentences]
         owners = [(job, at) for job in batch for at in range(len(job.sentences))]
-        answers: dict[int, list] = {id(job): [None] * len(job.sentences) for job in batch}
-        missing = {id(job): len(job.sentences) for job in batch}
+        for job in batch:
+            job.answers, job.missing = [None] * len(job.sentences), len(job.sentences)
 
         def answered(i: int, translation: Translation) -> None:  # on the search's thread
             job, at = owners[i]
-            answers[id(job)][at] = translation
-            missing[id(job)] -= 1
-            if not missing[id(job)]:  # the request is complete: answer it now
-                loop.call_soon_threadsafe(_resolve, job.future, answers[id(job)])
+            job.answers[at] = translation
+            job.missing -= 1
+            if not job.missing:  # the request is complete: answer it now
+                loop.call_soon_threadsafe(_resolve, job.future, job.answers)
 
         start = time.perf_counter()
         try:
