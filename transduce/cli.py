@@ -19,7 +19,7 @@ from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
 from transduce.options import add_config_options
 from transduce.model import PRESETS, ModelConfig, Transformer
-from transduce import serve_command, translate_command
+from transduce import models_command, serve_command, translate_command
 from transduce.runs.claim import holds_run
 from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
 
@@ -76,6 +76,10 @@ def _train(args: argparse.Namespace) -> int:
                 raise UserError(f"{name} goes with --resume RUN_DIR")
     elif args.run_dir:
         raise UserError("--resume RUN_DIR continues that run where it is; it takes no --run-dir")
+    if args.init_from:
+        if args.resume:
+            raise UserError("--init-from starts a new run; --resume continues one: not both")
+        args.overrides.append(f"train.init_from={args.init_from}")
     if args.nproc > 1:
         return _launch(args.nproc, args.argv)
     if args.resume:
@@ -217,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="where config, logs and checkpoints go "
                                          "(default: runs/CONFIG-NAME)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue this run exactly")
+    train.add_argument("--init-from", metavar="RUN_DIR",
+                       help="start from this run's weights and tokenizer, ours or imported "
+                            "(train.init_from): fine-tuning")
     train.add_argument("--reset-optimizer", action="store_true",
                        help="with --resume: fresh Adam moments (fine-tuning)")
     train.add_argument("--reset-schedule", action="store_true",
@@ -283,6 +290,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "Requests that arrive together are translated as one batch.")
     serve_command.add_serve_options(serve)
     serve.set_defaults(run=serve_command.serve)
+
+    imports = commands.add_parser(
+        "import", help="make a run directory of another toolkit's model (OPUS-MT)",
+        description="Make a run directory of another toolkit's model.")
+    models_command.add_import_options(imports)
+    imports.set_defaults(run=models_command.import_model)
+
+    export = commands.add_parser(
+        "export", help="a run's model for Hugging Face, CTranslate2 or Argos Translate",
+        description="Write a run's model for Hugging Face transformers, CTranslate2 or Argos "
+                    "Translate (LibreTranslate).")
+    models_command.add_export_options(export)
+    export.set_defaults(run=models_command.export)
     return parser
 
 

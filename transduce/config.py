@@ -29,12 +29,13 @@ from transduce.model.config import PRESETS, ModelConfig
 from transduce.decoding.config import DecodeConfig
 from transduce.training.config import TrainConfig
 
-_FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size")
+_FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size", "unk_id", "pad_id", "bos_id", "eos_id")
 
 
 @dataclass(frozen=True)
 class ModelSection:
-    """A preset plus any ModelConfig fields that differ from it."""
+    """A preset plus any ModelConfig fields that differ from it (the vocabulary sizes and
+    special ids come from the tokenizer)."""
 
     preset: str = "base"
     settings: dict = field(default_factory=dict)
@@ -44,9 +45,11 @@ class ModelSection:
             raise UserError(f"model.preset: unknown preset {self.preset!r}; choose one of "
                             f"{sorted(PRESETS)}")
 
-    def resolve(self, src_vocab_size: int, tgt_vocab_size: int, *,
-                shared_vocab: bool) -> ModelConfig:
-        settings = {"share_embeddings": shared_vocab, **self.settings}
+    def resolve(self, src_vocab_size: int, tgt_vocab_size: int, *, shared_vocab: bool,
+                specials: dict[str, int] | None = None) -> ModelConfig:
+        """The model for a tokenizer's vocabulary sizes and special ids (transduce's own unless
+        `specials` gives others, as an imported model's tokenizer does)."""
+        settings = {"share_embeddings": shared_vocab, **(specials or {}), **self.settings}
         try:
             return ModelConfig.preset(self.preset, src_vocab_size=src_vocab_size,
                                       tgt_vocab_size=tgt_vocab_size, **settings)

@@ -40,7 +40,7 @@ def test_parameter_counts_reproduce_the_paper(name, paper_millions):
     (dict(tgt_vocab_size=99), "share_embeddings"),
     (dict(dropout=1.5), "model.dropout"),
     (dict(target_word_dropout=1.0), "model.target_word_dropout"),
-    (dict(activation="swish"), "model.activation"),
+    (dict(activation="tanh"), "model.activation"),
     (dict(pad_id=500), "model.pad_id"),
 ])
 def test_bad_values_name_the_field(overrides, message):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from transduce.data.binarize import TokenizedCorpus
-from transduce.data.tokenizer import BOS, EOS, PAD
+from transduce.data.tokenizer import SPECIAL_IDS
 from transduce.errors import DataError
 
 
@@ -49,8 +49,10 @@ class Batch:
                         self.ids)))
 
 
-def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
-    """The pairs `ids` of `corpus` as padded tensors."""
+def collate(corpus: TokenizedCorpus, ids: np.ndarray, specials: dict = SPECIAL_IDS) -> Batch:
+    """The pairs `ids` of `corpus` as padded tensors, with the tokenizers' `specials` (those of
+    transduce's own tokenizers unless given: an imported model has its own)."""
+    PAD, BOS, EOS = specials["pad_id"], specials["bos_id"], specials["eos_id"]  # noqa: N806
     src_len = corpus.src_lengths[ids] + 1  # + <eos>
     tgt_len = corpus.tgt_lengths[ids] + 1  # + <bos> on input, + <eos> on output
     src = np.full((len(ids), src_len.max()), PAD, dtype=np.int64)

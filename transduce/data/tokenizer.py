@@ -21,10 +21,12 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from transduce.data.marian_tokenizer import MarianTokenizer
 from transduce.errors import DataError
 
 UNK, PAD, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ("<unk>", "<pad>", "<bos>", "<eos>")
+SPECIAL_IDS = {"unk_id": UNK, "pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
 _THREADS = 2
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,8 @@ class SentencePieceTokenizer:
             raise DataError(f"data.vocab_size={vocab_size}: SentencePiece could not train: "
                             f"{message}") from None
         return cls(model.getvalue(), lowercase=lowercase)
+
+    specials = SPECIAL_IDS
 
     @property
     def vocab_size(self) -> int:
@@ -197,6 +201,8 @@ class WordTokenizer:
             ranked = ranked[: max(vocab_size - len(SPECIALS), 0)]
         return cls([*SPECIALS, *ranked], lowercase=lowercase)
 
+    specials = SPECIAL_IDS
+
     @property
     def vocab_size(self) -> int:
         return len(self.words)
@@ -226,8 +232,9 @@ class WordTokenizer:
         return cls(Path(path).read_text(encoding="utf-8").splitlines(), lowercase=lowercase)
 
 
-Tokenizer = SentencePieceTokenizer | WordTokenizer
-_KINDS = {"sentencepiece": (SentencePieceTokenizer, "model"), "word": (WordTokenizer, "vocab")}
+Tokenizer = SentencePieceTokenizer | WordTokenizer | MarianTokenizer
+_KINDS = {"sentencepiece": (SentencePieceTokenizer, "model"), "word": (WordTokenizer, "vocab"),
+          "marian": (MarianTokenizer, "spm")}
 
 
 @dataclass(frozen=True)
@@ -240,6 +247,14 @@ class Tokenizers:
     @property
     def shared(self) -> bool:
         return self.src is self.tgt
+
+    @property
+    def specials(self) -> dict[str, int]:
+        """The model's special ids (unk_id, pad_id, bos_id, eos_id), the same on both sides."""
+        if self.src.specials != self.tgt.specials:
+            raise DataError(f"the source and target vocabularies have different special ids "
+                            f"({self.src.specials} and {self.tgt.specials})")
+        return dict(self.tgt.specials)
 
     @property
     def lowercase(self) -> bool:

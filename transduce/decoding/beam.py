@@ -50,7 +50,7 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
                 length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
                 min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
                 length_normalization: str = "gnmt", stopping: str = "early",
-                use_cache: bool = True,
+                use_cache: bool = True, renormalize: bool = False,
                 on_done: Callable[[int, list[Hypothesis]], None] | None = None,
                 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each source in src (B, S), best first. `on_done(i,
@@ -65,7 +65,8 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    steps = decoder_steps(model, src, use_cache=use_cache)  # one row per sentence, then k
+    # one row per sentence, then k
+    steps = decoder_steps(model, src, use_cache=use_cache, renormalize=renormalize)
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)

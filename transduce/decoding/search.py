@@ -48,7 +48,8 @@ def search(model: Transformer | Ensemble, src: Tensor, decode: DecodeConfig, *, 
         return beam_search(model, src, beam_size=decode.beam_size,
                            length_penalty_alpha=decode.length_penalty, nbest=nbest,
                            length_normalization=decode.length_normalization,
-                           stopping=decode.stopping, on_done=on_done, **limits)
+                           stopping=decode.stopping, renormalize=decode.renormalize,
+                           on_done=on_done, **limits)
     return [_unscored(tokens) for tokens in outputs]
 
 

@@ -1,6 +1,7 @@
 """Our model for CTranslate2, through its TransformersConverter and our Hugging Face export
 (Marian for post-norm models, Pegasus for pre-norm ones).
 
+Tokens our search never outputs (<pad>, <bos>) get a bias of -inf in the output projection.
 CTranslate2's Marian loader follows Marian-NMT's conventions, not ours: it starts the decoder
 from a zero vector (we start from the <bos> embedding) and drops a trailing <pad> row that our
 vocabulary does not have; its Pegasus loader starts from <pad>. While converting, both are
@@ -34,7 +35,9 @@ def _loader(architecture: str, pre_norm: bool):
         def get_model_spec(self, model):
             model.config.normalize_before = pre_norm
             model.config.normalize_embedding = False
-            return ct2.BartLoader.get_model_spec(self, model)
+            spec = ct2.BartLoader.get_model_spec(self, model)
+            never_output(spec.decoder.projection, model.generation_config.bad_words_ids or [])
+            return spec
 
         def set_config(self, config, model, tokenizer):
             ct2.BartLoader.set_config(self, config, model, tokenizer)  # starts from <bos>
@@ -50,6 +53,23 @@ def _loader(architecture: str, pre_norm: bool):
             return ct2.BartLoader.get_vocabulary(self, model, tokenizer)
 
     return ct2, OurLoader()
+
+
+def never_output(projection, bad_words_ids: list[list[int]]) -> None:
+    """Give the tokens our search never outputs (<pad>, <bos>) a bias of -inf in CTranslate2's
+    output projection, where it has no other way to bar them: as in our search with
+    decode.renormalize, the others' probabilities are renormalised without them."""
+    import numpy as np
+
+    bias = projection.bias
+    if hasattr(bias, "detach"):  # a torch tensor, as the converter takes them
+        bias = bias.detach().cpu().numpy()
+    if not isinstance(bias, np.ndarray):  # no bias yet
+        bias = np.zeros(projection.weight.shape[0], dtype=np.float32)
+    bias = bias.astype(np.float32, copy=True)
+    for words in bad_words_ids:
+        bias[words] = -np.inf
+    projection.bias = bias
 
 
 def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,

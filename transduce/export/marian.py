@@ -13,11 +13,13 @@ any output, so the converted model uses its own positional table and survives
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
 from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
 
@@ -59,12 +61,15 @@ def hf_config(model: Transformer):
         encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
         encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
         encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=c.activation,
-        max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0,
+        max_position_embeddings=c.max_positions, scale_embedding=c.scale_embedding, dropout=0.0,
         attention_dropout=0.0, activation_dropout=0.0, pad_token_id=c.pad_id,
         eos_token_id=c.eos_id, bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id,
         forced_eos_token_id=None, tie_word_embeddings=True, is_encoder_decoder=True)
     if not c.norm_first:  # Marian's own keys
         kwargs.update(decoder_vocab_size=c.tgt_vocab_size, share_encoder_decoder_embeddings=True)
+    elif c.output_bias or not c.scale_embedding:
+        raise UserError("a pre-norm model exports as Pegasus, which has no output bias and "
+                        "always scales its embeddings")
     return huggingface_types(model)[0](**kwargs)
 
 
@@ -123,6 +128,8 @@ def to_huggingface(model: Transformer):
     if model.config.norm_first:  # pre-norm: a LayerNorm after each stack
         norm("model.encoder.layer_norm", model.encoder.norm)
         norm("model.decoder.layer_norm", model.decoder.norm)
+    if model.config.output_bias:
+        state["final_logits_bias"] = model.output.bias[None]
     missing, unexpected = hf.load_state_dict(
         {k: v.detach().clone() for k, v in state.items()}, strict=False)
     left = [k for k in missing if not k.endswith(("embed_positions.weight", "embed_tokens.weight",
@@ -134,25 +141,49 @@ def to_huggingface(model: Transformer):
     return hf
 
 
-def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path) -> Path:
-    """A Hugging Face model directory (Marian or Pegasus weights and config, and a
-    MarianTokenizer over our SentencePiece model), loadable with from_pretrained and
-    convertible by CTranslate2."""
-    import json
+def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
+                     decode: DecodeConfig | None = None, languages: tuple[str, str] | None = None,
+                     ) -> Path:
+    """A Hugging Face model directory (Marian or Pegasus weights and config, a MarianTokenizer
+    over our SentencePiece model or an imported Marian model's own, and a generation config
+    that searches as `decode` says), loadable with from_pretrained and convertible by
+    CTranslate2."""
+    from transformers import GenerationConfig, MarianTokenizer
 
-    from transformers import MarianTokenizer
-
-    if not tokenizers.shared or tokenizers.src.kind != "sentencepiece":
-        raise UserError("Hugging Face export needs a shared SentencePiece vocabulary")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    to_huggingface(model).save_pretrained(out_dir)
-    for name in ("source.spm", "target.spm"):
-        tokenizers.src.save(out_dir / name)
-    pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
-    (out_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)},
-                                                   ensure_ascii=False))
+    if tokenizers.src.kind == "marian":
+        if tokenizers.src.vocab != tokenizers.tgt.vocab:
+            raise UserError("Hugging Face export of separate source and target vocabularies "
+                            "is not supported")
+        special = {"eos_token": "</s>"}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "source.spm").write_bytes(tokenizers.src.model_proto)
+        (out_dir / "target.spm").write_bytes(tokenizers.tgt.model_proto)
+        vocab = tokenizers.src.vocab
+    elif tokenizers.shared and tokenizers.src.kind == "sentencepiece":
+        special = {"eos_token": "<eos>"}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("source.spm", "target.spm"):
+            tokenizers.src.save(out_dir / name)
+        pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
+        vocab = {p: i for i, p in enumerate(pieces)}
+    else:
+        raise UserError("Hugging Face export needs a shared SentencePiece vocabulary")
+    hf = to_huggingface(model)
+    c = model.config
+    generation = dict(decoder_start_token_id=c.bos_id, eos_token_id=c.eos_id,
+                      pad_token_id=c.pad_id, bos_token_id=c.bos_id,
+                      bad_words_ids=[[i] for i in sorted({c.pad_id, c.bos_id})])
+    if decode is not None:
+        generation.update(num_beams=decode.beam_size, renormalize_logits=decode.renormalize)
+        if decode.length_normalization == "power":
+            generation["length_penalty"] = decode.length_penalty
+    hf.generation_config = GenerationConfig(**generation)
+    hf.save_pretrained(out_dir)
+    (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    source_lang, target_lang = languages or (None, None)
     MarianTokenizer(str(out_dir / "source.spm"), str(out_dir / "target.spm"),
                     str(out_dir / "vocab.json"), unk_token="<unk>", pad_token="<pad>",
-                    eos_token="<eos>").save_pretrained(out_dir)
+                    source_lang=source_lang, target_lang=target_lang,
+                    **special).save_pretrained(out_dir)
     return out_dir

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from transduce.errors import UserError
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "swish")
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
 
 
@@ -27,17 +27,20 @@ class ModelConfig:
     activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
     source_word_dropout: float = 0.0  # zero whole source token vectors (not in the paper)
     target_word_dropout: float = 0.0  # the same on the decoder's input tokens
-    activation: str = "relu"  # "relu" (paper) or "gelu"
+    activation: str = "relu"  # "relu" (paper), "gelu" or "swish" (x * sigmoid(x): OPUS-MT's)
     max_positions: int = 1024  # longest sequence, in tokens, either side accepts
     positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" position embeddings
     norm_first: bool = False  # False: the paper's post-norm; True: pre-norm with a final LayerNorm
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocabulary)
     tie_output: bool = True  # output projection = target embedding matrix (paper section 3.4)
+    output_bias: bool = False  # a bias on the output projection (Marian's final_logits_bias)
+    scale_embedding: bool = True  # multiply embeddings by sqrt(D) (paper section 3.4)
     qkv_init_gain: float = 2 ** -0.5  # Xavier gain of each of W_Q, W_K, W_V at initialisation:
     #                                   1/sqrt(2) is Xavier over the three together (PyTorch's,
     #                                   fairseq's); 1.0 Xavier per matrix (the Multi30k recipe's)
     layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
-    pad_id: int = 1  # special token ids (every tokenizer of transduce uses these)
+    pad_id: int = 1  # special token ids: transduce's tokenizers use these, an imported model's
+    #                  tokenizer its own (Marian: eos 0, unk 1, pad = bos = V-1)
     bos_id: int = 2
     eos_id: int = 3
     unk_id: int = 0

@@ -62,11 +62,11 @@ class TransformerEmbedding(nn.Module):
     """
 
     def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float,
-                 word_dropout: float = 0.0) -> None:
+                 word_dropout: float = 0.0, *, scale: bool = True) -> None:
         super().__init__()
         self.tokens = tokens
         self.positions = positions
-        self.scale = math.sqrt(tokens.embedding_dim)
+        self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
         self.dropout = Dropout(dropout)
         self.word_dropout = Dropout(word_dropout)  # applied to one scale per token
 

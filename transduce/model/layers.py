@@ -22,7 +22,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = Linear(d_model, d_ff)
         self.w2 = Linear(d_ff, d_model)
-        self.activation = F.gelu if activation == "gelu" else F.relu
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}[activation]
         self.dropout = Dropout(dropout)
         for linear in (self.w1, self.w2):
             nn.init.xavier_uniform_(linear.weight)

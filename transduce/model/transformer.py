@@ -18,7 +18,8 @@ def _embedding(config: ModelConfig, tokens: nn.Embedding,
                word_dropout: float) -> TransformerEmbedding:
     positions_type = SinusoidalPositions if config.positional == "sinusoidal" else LearnedPositions
     positions = positions_type(config.max_positions, config.d_model)
-    return TransformerEmbedding(tokens, positions, config.dropout, word_dropout)
+    return TransformerEmbedding(tokens, positions, config.dropout, word_dropout,
+                                scale=config.scale_embedding)
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
@@ -89,7 +90,9 @@ class Transformer(nn.Module):
                       token_embedding(config.tgt_vocab_size, config.d_model, config.pad_id))
         self.encoder = Encoder(config, _embedding(config, src_tokens, config.source_word_dropout))
         self.decoder = Decoder(config, _embedding(config, tgt_tokens, config.target_word_dropout))
-        self.output = Linear(config.d_model, config.tgt_vocab_size, bias=False)
+        self.output = Linear(config.d_model, config.tgt_vocab_size, bias=config.output_bias)
+        if config.output_bias:
+            nn.init.zeros_(self.output.bias)
         if config.tie_output:
             self.output.weight = tgt_tokens.weight
         else:

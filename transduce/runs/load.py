@@ -14,6 +14,7 @@ import torch
 from transduce.config import Config, load_config
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
+from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
 
@@ -26,6 +27,12 @@ def read_config(run_dir: Path, overrides: list[str] = ()) -> Config:
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir}: not a model directory (no config.yaml)")
     return load_config(run_dir / "config.yaml", list(overrides))
+
+
+def model_config(config: Config, tokenizers: Tokenizers) -> ModelConfig:
+    """The model a run's configuration describes over its tokenizers' vocabularies."""
+    return config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
+                                shared_vocab=tokenizers.shared, specials=tokenizers.specials)
 
 
 @dataclass
@@ -43,9 +50,7 @@ def load_run(run_dir: Path, checkpoint: str | Path | None = None) -> LoadedRun:
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     tokenizers = Tokenizers.load(run_dir)
-    model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
-                                        shared_vocab=tokenizers.shared)
-    model = Transformer(model_config)
+    model = Transformer(model_config(config, tokenizers))
     weights = Path(checkpoint) if checkpoint else ckpt.model_checkpoint(run_dir)
     ckpt.load_weights(model, weights)
     log.info("%s: %s", run_dir, ckpt.describe(run_dir, weights))
@@ -57,10 +62,9 @@ def load_run(run_dir: Path, checkpoint: str | Path | None = None) -> LoadedRun:
 def check_fits(config: Config, tokenizers: Tokenizers, weights: dict, path: Path) -> None:
     """A `UserError` unless the model `config` describes holds `weights` (a resumed run whose
     overrides change the model's shape), found on the meta device: no memory, no time."""
-    model_config = config.model.resolve(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size,
-                                        shared_vocab=tokenizers.shared)
     with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in Transformer(model_config).state_dict().items()}
+        shapes = {k: tuple(v.shape) for k, v in
+                  Transformer(model_config(config, tokenizers)).state_dict().items()}
     wrong = sorted(k for k, v in weights.items() if shapes.get(k) != tuple(v.shape))
     if wrong:
         raise UserError(f"{path}: its weights do not fit the model the configuration now "

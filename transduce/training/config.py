@@ -15,6 +15,9 @@ class TrainConfig:
     """How to train: optimiser, schedule, limits, validation, checkpoints."""
 
     seed: int = 1  # initialisation, dropout and batch order
+    # start from this run directory's weights and tokenizer (ours or imported: fine-tuning),
+    # with a fresh optimiser and schedule; the model section is that run's
+    init_from: str | None = None
     max_updates: int = 100_000  # stop after this many optimiser updates (0: no limit)
     max_time: float = 0.0  # stop after this many seconds of training (0: no limit)
     max_epochs: int = 0  # stop after this many passes over the data (0: no limit)

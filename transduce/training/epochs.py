@@ -19,6 +19,7 @@ log = logging.getLogger("transduce.train")
 class Epochs:
     def __init__(self, data: PreparedData, config: DataConfig, *, seed: int) -> None:
         self.train = data.train
+        self.specials = data.tokenizers.specials
         self.max_tokens = config.max_tokens
         self.both_ways = config.bidirectional_epochs
         self.seed = seed
@@ -54,7 +55,7 @@ class Epochs:
             while position.batch_in_epoch < len(batches):
                 ids = batches[position.batch_in_epoch]
                 position.batch_in_epoch += 1
-                yield collate(pairs, ids)
+                yield collate(pairs, ids, self.specials)
             position.epoch += 1
             position.batch_in_epoch = 0
 

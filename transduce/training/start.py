@@ -4,18 +4,20 @@ prepared, and a `Trainer` over them."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from transduce.config import Config
+from transduce.config import Config, ModelSection
 from transduce.data.prepare import PreparedData, prepare
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
 from transduce.files import check_writable
 from transduce.runs import checkpoint as ckpt
+from transduce.model.config import PRESETS
 from transduce.runs.claim import NewRun
-from transduce.runs.load import check_fits, read_config
+from transduce.runs.load import LoadedRun, check_fits, load_run, read_config
 from transduce.training import report
 from transduce.training.devices import training_device
 from transduce.training.distributed import World
@@ -30,11 +32,23 @@ def start_run(config: Config, run_dir: Path, *, data: PreparedData | None = None
     anything is written, and what the run made is taken away if it fails before its first
     checkpoint. `data` already prepared (or `tokenizers` to prepare it with) may be given."""
     run_dir = Path(run_dir)
+    source = None
+    if config.train.init_from:  # fine-tuning: that run's model, tokenizer and weights
+        source = load_run(Path(config.train.init_from))
+        config = replace(config, model=_model_section(config.model, source,
+                                                      config.train.init_from))
+        tokenizers = source.tokenizers
     world, device = _place(config)
     new_run = NewRun(run_dir) if world.main else None  # refuses here, before anything is written
     try:
+        if tokenizers is not None and data is None and world.main:
+            tokenizers.save(run_dir)
         data = _prepare(config, run_dir, world, device, data, tokenizers)
-        return Trainer(config, run_dir, data, world=world, device=device, new_run=new_run)
+        trainer = Trainer(config, run_dir, data, world=world, device=device, new_run=new_run)
+        if source is not None:
+            ckpt.load_weights(trainer.model, source.weights, state=ckpt.model_state(source.model))
+            log.info("starting from the weights of %s", source.weights)
+        return trainer
     except BaseException:
         if new_run is not None:
             new_run.discard()
@@ -68,6 +82,27 @@ def resume_run(run_dir: Path, overrides: list[str] = (), *, reset_optimizer: boo
     if overrides:
         config.save(run_dir / "config.yaml")
     return trainer
+
+
+_REGULARISATION = ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout",
+                   "target_word_dropout")  # change no weight: a fine-tuning run may set its own
+
+
+def _model_section(asked: ModelSection, source: LoadedRun, where: str) -> ModelSection:
+    """The model section of a run that starts from `source`: the source's, with the dropouts the
+    configuration sets; any other key that differs from the source's is an error naming it."""
+    have = source.config.model
+    settings = dict(asked.settings)
+    if asked.preset != ModelSection.preset:  # a preset named: its values must agree too
+        settings = {**PRESETS[asked.preset], **settings}
+    resolved = source.model.config
+    for key, value in settings.items():
+        if key not in _REGULARISATION and getattr(resolved, key) != value:
+            raise UserError(f"model.{key}={value!r}, but the model of train.init_from={where} "
+                            f"has {key}={getattr(resolved, key)!r}; leave model.{key} out (a "
+                            "run started from another has its model)")
+    regularisation = {k: v for k, v in settings.items() if k in _REGULARISATION}
+    return ModelSection(have.preset, {**have.settings, **regularisation})
 
 
 def _place(config: Config) -> tuple[World, torch.device]:

@@ -22,12 +22,14 @@ from transduce.errors import TrainingError
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
+from transduce.runs.load import model_config
 from transduce.training import report, schedule, state
 from transduce.training.devices import autocast, precision
 from transduce.training.distributed import World
 from transduce.training.epochs import Epochs
 from transduce.training.interrupts import Abandon, Interrupts
-from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
+from transduce.training.loss import (label_smoothed_cross_entropy,
+                                     projected_label_smoothed_cross_entropy, r_drop_loss)
 from transduce.training.records import NoRecords, Records
 from transduce.training.state import Progress
 from transduce.training.validate import Validation, validate
@@ -55,8 +57,10 @@ class Trainer:
         self.precision = precision(train.precision, self.device)
         torch.manual_seed(train.seed)
         tok = data.tokenizers
-        self.model_config = config.model.resolve(tok.src.vocab_size, tok.tgt.vocab_size,
-                                                 shared_vocab=tok.shared)
+        self.model_config = model_config(config, tok)
+        if train.rdrop_alpha > 0 and self.model_config.output_bias:
+            raise TrainingError("train.rdrop_alpha needs a model without an output bias "
+                                "(model.output_bias=false)")
         self.model = Transformer(self.model_config).to(self.device)
         optimizer_type = torch.optim.AdamW if train.weight_decay else torch.optim.Adam
         self.optimizer = optimizer_type(self.model.parameters(), lr=train.lr,
@@ -209,6 +213,10 @@ class Trainer:
                     loss = r_drop_loss(hidden, self.model.output.weight, batch.tgt_out.repeat(2, 1),
                                        epsilon=cfg.label_smoothing, alpha=cfg.rdrop_alpha,
                                        ignore_index=self.model_config.pad_id) / 2
+                elif self.model_config.output_bias:  # the fused loss has no bias
+                    loss = label_smoothed_cross_entropy(
+                        self.model(batch.src, batch.tgt_in), batch.tgt_out,
+                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id)
                 else:
                     hidden = self.model.features(batch.src, batch.tgt_in)
                     loss = projected_label_smoothed_cross_entropy(

@@ -42,7 +42,7 @@ def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | 
     batches = TokenBatches.of(data, max_tokens, shuffle=False).epoch(0)
     loss = nll = tokens = 0.0
     for ids in batches:
-        batch = collate(data, ids).to(device)
+        batch = collate(data, ids, tokenizers.specials).to(device)
         with autocast():
             logits = model(batch.src, batch.tgt_in)
         loss += label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=label_smoothing,
@@ -72,7 +72,7 @@ def translate_corpus(model: Transformer, data: TokenizedCorpus, tokenizers: Toke
     batches = TokenBatches(data.src_lengths, np.zeros_like(data.src_lengths), decode.max_tokens,
                            shuffle=False).epoch(0)
     for ids in batches:
-        batch = collate(data, ids).to(device)
+        batch = collate(data, ids, tokenizers.specials).to(device)
         with autocast():
             outputs = [hyps[0].tokens for hyps in search(model, batch.src, decode)]
         for i, tokens in zip(ids.tolist(), outputs, strict=True):

@@ -1,0 +1,1 @@
+"""Models of other toolkits as transduce run directories."""

@@ -1,0 +1,278 @@
+"""A Marian model (OPUS-MT, as the Hugging Face hub has it) as a transduce run directory.
+
+    transduce import marian Helsinki-NLP/opus-mt-en-de --out runs/opus-en-de
+    transduce import marian ./opus-mt-en-de --out runs/opus-en-de     # a downloaded copy
+
+Marian's Transformer is the paper's post-norm one with these differences, each carried exactly:
+its activation is swish (SiLU) in OPUS-MT; the output projection has a bias
+(`final_logits_bias`); the sinusoidal table puts all sines before all cosines (we interleave
+them as the paper writes PE(pos, 2i), PE(pos, 2i+1)), which a permutation of the residual
+stream's coordinates turns into ours without changing any output (see `transduce.export.marian`);
+the special ids are the vocabulary's (`</s>` 0, `<unk>` 1, `<pad>` the last, which is also the
+decoder's first input and never generated); and pieces get their ids from `vocab.json`, not from
+the SentencePiece models (`transduce.data.marian_tokenizer`). A feature we do not carry is an
+error naming its field in config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from transduce.config import Config, ModelSection
+from transduce.data.config import DataConfig
+from transduce.data.marian_tokenizer import MarianTokenizer
+from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.config import DecodeConfig
+from transduce.errors import UserError
+from transduce.export.marian import residual_permutation
+from transduce.files import check_writable
+from transduce.model.config import ModelConfig
+from transduce.model.transformer import Transformer
+from transduce.runs import checkpoint as ckpt
+
+CHECKPOINT = "imported"  # the checkpoint an imported run's weights are in
+_ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+
+
+def import_marian(source: str | Path, out_dir: Path) -> Path:
+    """Write the run directory `out_dir` (absent or empty) for the Marian model `source`: a
+    local OPUS-MT directory or a Hugging Face hub id. Returns `out_dir`."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
+                        "directory")
+    directory = _local_copy(source)
+    hf_config, hf = _read_model(directory)
+    tokenizers = _read_tokenizers(directory, hf_config)
+    model_config = _model_config(hf_config, tokenizers)
+    model = Transformer(model_config).eval()
+    ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
+    config = Config(model=ModelSection("base", _model_settings(model_config)),
+                    data=_data_config(directory), decode=_decode_config(directory))
+    check_writable(out_dir, what="--out")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    try:  # the run directory appears whole or not at all
+        config.save(tmp / "config.yaml")
+        tokenizers.save(tmp)
+        (tmp / "checkpoints" / CHECKPOINT).mkdir(parents=True)
+        ckpt.save_weights(model, tmp / "checkpoints" / CHECKPOINT / ckpt.WEIGHTS)
+        (tmp / "checkpoints" / "latest").write_text(CHECKPOINT + "\n")
+        (tmp / "imported_from.txt").write_text(f"{source}\n")
+        if out_dir.exists():
+            out_dir.rmdir()
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _local_copy(source: str | Path) -> Path:
+    """`source` itself when it is a directory, else the hub's copy of the model it names."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists() or str(source).count("/") != 1 or str(source).startswith((".", "/")):
+        raise UserError(f"{source}: not a model directory or a Hugging Face hub id "
+                        "(owner/name, e.g. Helsinki-NLP/opus-mt-en-de)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError("importing from the hub needs huggingface_hub: pip install "
+                        "'transduce[export]'") from None
+    try:
+        return Path(snapshot_download(str(source), allow_patterns=[
+            "*.json", "*.spm", "*.safetensors", "pytorch_model.bin"]))
+    except Exception as error:  # offline, unknown repository, refused, ...
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{source}: cannot fetch it from the Hugging Face hub ({reason}); "
+                        "download the model directory elsewhere (config.json, the weights, "
+                        "source.spm, target.spm, vocab.json) and pass its path") from None
+
+
+def _read_model(directory: Path):
+    path = directory / "config.json"
+    if not path.is_file():
+        raise UserError(f"{directory}: no config.json; not a Hugging Face model directory")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{path}: not valid JSON ({error})") from None
+    if raw.get("model_type") != "marian":
+        raise UserError(f"{path}: model_type is {raw.get('model_type')!r}, not 'marian'")
+    _check_supported(raw, path)
+    if not any((directory / name).is_file() for name in ("model.safetensors",
+                                                          "pytorch_model.bin")):
+        raise UserError(f"{directory}: no weights (model.safetensors or pytorch_model.bin)")
+    try:
+        from transformers import MarianMTModel
+    except ImportError:
+        raise UserError("importing a Marian model needs Hugging Face transformers: pip install "
+                        "'transduce[export]'") from None
+    try:
+        hf = MarianMTModel.from_pretrained(str(directory), dtype=torch.float32).eval()
+    except Exception as error:
+        raise UserError(f"{directory}: transformers cannot load this model "
+                        f"({str(error).strip().splitlines()[0]})") from None
+    return raw, hf
+
+
+def _check_supported(raw: dict, path: Path) -> None:
+    """A field of config.json that asks for something this model does not do is an error."""
+    unsupported = {
+        "normalize_before": (False, "pre-norm Marian models"),
+        "normalize_embedding": (False, "a LayerNorm on the embeddings"),
+        "add_bias_logits": (False, "add_bias_logits"),
+        "static_position_embeddings": (True, "learned position embeddings"),
+        "add_final_layer_norm": (False, "a final LayerNorm"),
+    }
+    for name, (supported, what) in unsupported.items():
+        if name in raw and bool(raw[name]) != supported:
+            raise UserError(f"{path}: {name}={json.dumps(raw[name])} ({what}) is not supported")
+    activation = raw.get("activation_function", "gelu")
+    if activation not in _ACTIVATIONS:
+        raise UserError(f"{path}: activation_function={activation!r} is not supported (only "
+                        f"{', '.join(sorted(_ACTIVATIONS))})")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if raw.get(a) != raw.get(b):
+            raise UserError(f"{path}: {a}={raw.get(a)} and {b}={raw.get(b)} differ; transduce "
+                            "models have one value for both")
+
+
+def _read_tokenizers(directory: Path, raw: dict) -> Tokenizers:
+    tokenizer_config = _json(directory / "tokenizer_config.json")
+    separate = bool(tokenizer_config.get("separate_vocabs", False))
+    src_vocab = directory / "vocab.json"
+    tgt_vocab = directory / "target_vocab.json" if separate else src_vocab
+    src = MarianTokenizer.from_files(directory / "source.spm", src_vocab)
+    tgt = MarianTokenizer.from_files(directory / "target.spm", tgt_vocab)
+    tokenizers = Tokenizers(src, tgt)
+    specials = tokenizers.specials
+    expected = {"pad_token_id": specials["pad_id"], "eos_token_id": specials["eos_id"],
+                "decoder_start_token_id": specials["pad_id"]}
+    for name, value in expected.items():
+        if name in raw and raw[name] != value:
+            raise UserError(f"{directory / 'config.json'}: {name}={raw[name]}, but the "
+                            f"vocabulary's token there is {value}")
+    return tokenizers
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{path}: not valid JSON ({error})") from None
+
+
+def _model_config(raw: dict, tokenizers: Tokenizers) -> ModelConfig:
+    shared = raw.get("share_encoder_decoder_embeddings", True)
+    src_vocab, tgt_vocab = raw["vocab_size"], raw.get("decoder_vocab_size") or raw["vocab_size"]
+    for side, tokenizer, size in (("source", tokenizers.src, src_vocab),
+                                  ("target", tokenizers.tgt, tgt_vocab)):
+        if tokenizer.vocab_size != size:
+            raise UserError(f"config.json: the {side} vocabulary has {tokenizer.vocab_size} "
+                            f"tokens, the model {size}")
+    return ModelConfig(
+        src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, d_model=raw["d_model"],
+        n_heads=raw["encoder_attention_heads"], d_ff=raw["encoder_ffn_dim"],
+        n_encoder_layers=raw["encoder_layers"], n_decoder_layers=raw["decoder_layers"],
+        dropout=raw.get("dropout", 0.1), attention_dropout=raw.get("attention_dropout", 0.0),
+        activation_dropout=raw.get("activation_dropout", 0.0),
+        activation=_ACTIVATIONS[raw.get("activation_function", "gelu")],
+        max_positions=raw.get("max_position_embeddings", 512), positional="sinusoidal",
+        norm_first=False, share_embeddings=shared,
+        tie_output=raw.get("tie_word_embeddings", True), output_bias=True,
+        scale_embedding=raw.get("scale_embedding", False), layer_norm_eps=1e-5,
+        **tokenizers.specials)
+
+
+def _model_settings(config: ModelConfig) -> dict:
+    """The model section of the run's config.yaml: every field but those of the tokenizer."""
+    from transduce.config import _FROM_TOKENIZER
+
+    return {k: v for k, v in config.__dict__.items() if k not in _FROM_TOKENIZER}
+
+
+@torch.no_grad()
+def _weights(hf, config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our state dict from the MarianMTModel `hf`, the residual stream permuted into our
+    sinusoids' layout: our_vector = marian_vector[q]."""
+    q = torch.argsort(residual_permutation(config.d_model))
+    state = {}
+
+    def reads(name: str, linear):  # a Linear that reads the residual stream
+        state[f"{name}.weight"], state[f"{name}.bias"] = linear.weight[:, q], linear.bias
+
+    def writes(name: str, linear):  # a Linear that writes into it
+        state[f"{name}.weight"], state[f"{name}.bias"] = linear.weight[q], linear.bias[q]
+
+    def norm(name: str, layer_norm):
+        state[f"{name}.weight"], state[f"{name}.bias"] = layer_norm.weight[q], layer_norm.bias[q]
+
+    def attention(name: str, hf_attention):
+        projections = [getattr(hf_attention, p) for p in ("q_proj", "k_proj", "v_proj")]
+        state[f"{name}.in_proj.weight"] = torch.cat([p.weight[:, q] for p in projections])
+        state[f"{name}.in_proj.bias"] = torch.cat([p.bias for p in projections])
+        writes(f"{name}.out_proj", hf_attention.out_proj)
+
+    def ffn(name: str, layer):
+        reads(f"{name}.ffn.w1", layer.fc1)
+        writes(f"{name}.ffn.w2", layer.fc2)
+
+    encoder, decoder = hf.model.encoder, hf.model.decoder
+    state["encoder.embedding.tokens.weight"] = encoder.embed_tokens.weight[:, q]
+    if not config.share_embeddings:
+        state["decoder.embedding.tokens.weight"] = decoder.embed_tokens.weight[:, q]
+    if not config.tie_output:
+        state["output.weight"] = hf.lm_head.weight[:, q]
+    state["output.bias"] = hf.final_logits_bias.reshape(-1)
+    for i, layer in enumerate(encoder.layers):
+        prefix = f"encoder.layers.{i}"
+        attention(f"{prefix}.self_attn", layer.self_attn)
+        norm(f"{prefix}.attn_block.norm", layer.self_attn_layer_norm)
+        ffn(prefix, layer)
+        norm(f"{prefix}.ffn_block.norm", layer.final_layer_norm)
+    for i, layer in enumerate(decoder.layers):
+        prefix = f"decoder.layers.{i}"
+        attention(f"{prefix}.self_attn", layer.self_attn)
+        norm(f"{prefix}.self_attn_block.norm", layer.self_attn_layer_norm)
+        attention(f"{prefix}.cross_attn", layer.encoder_attn)
+        norm(f"{prefix}.cross_attn_block.norm", layer.encoder_attn_layer_norm)
+        ffn(prefix, layer)
+        norm(f"{prefix}.ffn_block.norm", layer.final_layer_norm)
+    return {k: v.detach().float().contiguous().clone() for k, v in state.items()}
+
+
+def _data_config(directory: Path) -> DataConfig:
+    tokenizer_config = _json(directory / "tokenizer_config.json")
+    src = tokenizer_config.get("source_lang") or "src"
+    tgt = tokenizer_config.get("target_lang") or "tgt"
+    return DataConfig(src_lang=str(src), tgt_lang=str(tgt))
+
+
+def _decode_config(directory: Path) -> DecodeConfig:
+    """The model's own search settings (generation_config.json), in our terms: Hugging Face
+    divides a beam's score by its length to the power length_penalty."""
+    generation = _json(directory / "generation_config.json") or _json(directory / "config.json")
+    # max_length counts the decoder's start token, and a forced </s> takes the last place
+    max_length = int(generation.get("max_length") or 512)
+    longest = max_length - 1 - (generation.get("forced_eos_token_id") is not None)
+    bad_words = generation.get("bad_words_ids") or []
+    pad = generation.get("pad_token_id")
+    if any(words != [pad] for words in bad_words):
+        raise UserError(f"{directory / 'generation_config.json'}: bad_words_ids={bad_words}: "
+                        "only <pad> may be barred (it and the start token never are output)")
+    return DecodeConfig(beam_size=int(generation.get("num_beams") or 1),
+                        length_penalty=float(generation.get("length_penalty", 1.0)),
+                        length_normalization="power", max_len_a=0.0, max_len_b=longest,
+                        min_len=int(generation.get("min_length") or 0),
+                        renormalize=bool(generation.get("renormalize_logits", False)))
