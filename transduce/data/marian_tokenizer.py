@@ -32,17 +32,22 @@ class MarianTokenizer:
     lowercase = False
 
     def __init__(self, model_proto: bytes, vocab: dict[str, int], *,
-                 name: str = "vocabulary") -> None:
-        for piece in (EOS_PIECE, UNK_PIECE, PAD_PIECE):
+                 name: str = "vocabulary", tokens: dict[str, str] | None = None,
+                 start: str | None = None) -> None:
+        """tokens: the special tokens' pieces ({"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
+        unless given); start: the decoder's first input (<pad> unless given)."""
+        self.tokens = {"eos": EOS_PIECE, "unk": UNK_PIECE, "pad": PAD_PIECE, **(tokens or {})}
+        self.tokens["start"] = start or self.tokens["pad"]
+        for piece in self.tokens.values():
             if piece not in vocab:
                 raise DataError(f"{name}: no {piece} token")
         self.model_proto = model_proto
         self.vocab = dict(vocab)
         self._pieces = {i: p for p, i in self.vocab.items()}
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        self.unk_id, self.eos_id, self.pad_id = (vocab[UNK_PIECE], vocab[EOS_PIECE],
-                                                 vocab[PAD_PIECE])
-        self._special = {self.unk_id, self.eos_id, self.pad_id}
+        self.unk_id, self.eos_id, self.pad_id, self.start_id = (
+            vocab[self.tokens[k]] for k in ("unk", "eos", "pad", "start"))
+        self._special = {self.unk_id, self.eos_id, self.pad_id, self.start_id}
         self.language_codes = {p for p in vocab if p.startswith(">>") and p.endswith("<<")}
 
     @property
@@ -52,7 +57,7 @@ class MarianTokenizer:
     @property
     def specials(self) -> dict[str, int]:
         """The model's special ids: the decoder starts from <pad>, as Marian models do."""
-        return {"unk_id": self.unk_id, "pad_id": self.pad_id, "bos_id": self.pad_id,
+        return {"unk_id": self.unk_id, "pad_id": self.pad_id, "bos_id": self.start_id,
                 "eos_id": self.eos_id}
 
     def _ids(self, code: list[str], pieces: list[str]) -> list[int]:
@@ -96,15 +101,19 @@ class MarianTokenizer:
         path.write_bytes(self.model_proto)
         _vocab_path(path).write_text(json.dumps(self.vocab, ensure_ascii=False, indent=1) + "\n",
                                      encoding="utf-8")
+        _tokens_path(path).write_text(json.dumps(self.tokens, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Path, *, lowercase: bool = False) -> MarianTokenizer:
         if lowercase:
             raise DataError(f"{path}: a Marian tokenizer does not lowercase")
-        return cls.from_files(path, _vocab_path(path))
+        tokens = json.loads(_tokens_path(path).read_text()) if _tokens_path(path).is_file() else {}
+        start = tokens.pop("start", None)
+        return cls.from_files(path, _vocab_path(path), tokens=tokens, start=start)
 
     @classmethod
-    def from_files(cls, spm_path: Path, vocab_path: Path) -> MarianTokenizer:
+    def from_files(cls, spm_path: Path, vocab_path: Path, *, tokens: dict | None = None,
+                   start: str | None = None) -> MarianTokenizer:
         """From a SentencePiece model and a vocab.json, as an OPUS-MT directory has them."""
         for path in (spm_path, vocab_path):
             if not Path(path).is_file():
@@ -120,11 +129,15 @@ class MarianTokenizer:
             spm.SentencePieceProcessor(model_proto=proto)
         except RuntimeError:
             raise DataError(f"{spm_path}: not a SentencePiece model") from None
-        return cls(proto, vocab, name=str(vocab_path))
+        return cls(proto, vocab, name=str(vocab_path), tokens=tokens, start=start)
 
 
 def _vocab_path(path: Path) -> Path:
     return Path(f"{path}.vocab.json")
+
+
+def _tokens_path(path: Path) -> Path:
+    return Path(f"{path}.tokens.json")
 
 
 def _language_code(text: str) -> tuple[list[str], str]:

@@ -155,13 +155,13 @@ def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path, 
         if tokenizers.src.vocab != tokenizers.tgt.vocab:
             raise UserError("Hugging Face export of separate source and target vocabularies "
                             "is not supported")
-        special = {"eos_token": "</s>"}
+        special = {f"{k}_token": tokenizers.src.tokens[k] for k in ("eos", "unk", "pad")}
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "source.spm").write_bytes(tokenizers.src.model_proto)
         (out_dir / "target.spm").write_bytes(tokenizers.tgt.model_proto)
         vocab = tokenizers.src.vocab
     elif tokenizers.shared and tokenizers.src.kind == "sentencepiece":
-        special = {"eos_token": "<eos>"}
+        special = {"eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"}
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in ("source.spm", "target.spm"):
             tokenizers.src.save(out_dir / name)
@@ -183,7 +183,6 @@ def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path, 
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     source_lang, target_lang = languages or (None, None)
     MarianTokenizer(str(out_dir / "source.spm"), str(out_dir / "target.spm"),
-                    str(out_dir / "vocab.json"), unk_token="<unk>", pad_token="<pad>",
-                    source_lang=source_lang, target_lang=target_lang,
+                    str(out_dir / "vocab.json"), source_lang=source_lang, target_lang=target_lang,
                     **special).save_pretrained(out_dir)
     return out_dir

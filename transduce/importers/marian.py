@@ -151,12 +151,19 @@ def _read_tokenizers(directory: Path, raw: dict) -> Tokenizers:
     separate = bool(tokenizer_config.get("separate_vocabs", False))
     src_vocab = directory / "vocab.json"
     tgt_vocab = directory / "target_vocab.json" if separate else src_vocab
-    src = MarianTokenizer.from_files(directory / "source.spm", src_vocab)
-    tgt = MarianTokenizer.from_files(directory / "target.spm", tgt_vocab)
+    tokens = {k: str(tokenizer_config[f"{k}_token"]) for k in ("eos", "unk", "pad")
+              if isinstance(tokenizer_config.get(f"{k}_token"), str)}
+    vocab = _json(tgt_vocab)
+    start_id = raw.get("decoder_start_token_id", raw.get("pad_token_id"))
+    start = next((p for p, i in vocab.items() if i == start_id), None)
+    src = MarianTokenizer.from_files(directory / "source.spm", src_vocab, tokens=tokens,
+                                     start=start)
+    tgt = MarianTokenizer.from_files(directory / "target.spm", tgt_vocab, tokens=tokens,
+                                     start=start)
     tokenizers = Tokenizers(src, tgt)
     specials = tokenizers.specials
     expected = {"pad_token_id": specials["pad_id"], "eos_token_id": specials["eos_id"],
-                "decoder_start_token_id": specials["pad_id"]}
+                "decoder_start_token_id": specials["bos_id"]}
     for name, value in expected.items():
         if name in raw and raw[name] != value:
             raise UserError(f"{directory / 'config.json'}: {name}={raw[name]}, but the "
@@ -267,10 +274,10 @@ def _decode_config(directory: Path) -> DecodeConfig:
     max_length = int(generation.get("max_length") or 512)
     longest = max_length - 1 - (generation.get("forced_eos_token_id") is not None)
     bad_words = generation.get("bad_words_ids") or []
-    pad = generation.get("pad_token_id")
-    if any(words != [pad] for words in bad_words):
+    never = {generation.get("pad_token_id"), generation.get("decoder_start_token_id")}
+    if any(len(words) != 1 or words[0] not in never for words in bad_words):
         raise UserError(f"{directory / 'generation_config.json'}: bad_words_ids={bad_words}: "
-                        "only <pad> may be barred (it and the start token never are output)")
+                        "only <pad> and the start token may be barred (they never are output)")
     return DecodeConfig(beam_size=int(generation.get("num_beams") or 1),
                         length_penalty=float(generation.get("length_penalty", 1.0)),
                         length_normalization="power", max_len_a=0.0, max_len_b=longest,

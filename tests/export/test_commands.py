@@ -1,0 +1,149 @@
+"""`transduce export` and `train --init-from` on a run of ours: Hugging Face and back, an Argos
+Translate package installed and run by the real argostranslate, fine-tuning that resumes."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+import torch
+
+from transduce.cli import main
+from transduce.config import load_config
+from transduce.decoding.translator import Translator
+from transduce.runs import checkpoint as ckpt
+from transduce.runs.load import load_run
+from transduce.training.start import resume_run, start_run
+
+from ..training.test_trainer import FAST
+
+pytest.importorskip("transformers")
+SOURCES = ["seven", "one hundred and two", "forty-two", "three thousand and nine", "twelve",
+           "eighty-one", "five hundred", "sixty-six", "nine hundred and ninety", "thirteen"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("export") / "run"
+    start_run(load_config(overrides=[*FAST, "train.max_updates=60", "model.max_positions=40",
+                                     "data.src_lang=en", "data.tgt_lang=de"]), run).train()
+    return run
+
+
+def test_hugging_face_export_imports_back_with_the_same_logits(run_dir, tmp_path):
+    assert main(["export", str(run_dir), "--to", "huggingface", "--out", str(tmp_path / "hf")]
+                ) == 0
+    assert main(["import", "marian", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    ours, back = load_run(run_dir), load_run(tmp_path / "back")
+    src = torch.tensor([ours.tokenizers.src.encode(s) + [3] for s in SOURCES[:1]] * 2)
+    tgt = torch.tensor([[2, 5, 9, 11, 4]] * 2)
+    with torch.no_grad():
+        torch.testing.assert_close(back.model(src, tgt), ours.model(src, tgt), atol=1e-4,
+                                   rtol=1e-4)
+    assert [back.tokenizers.src.encode(s) for s in SOURCES] == [
+        ours.tokenizers.src.encode(s) for s in SOURCES]
+
+
+def test_an_export_refuses_to_overwrite_and_a_bad_run_is_one_line(run_dir, tmp_path, capsys):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("keep")
+    assert main(["export", str(run_dir), "--to", "ctranslate2", "--out",
+                 str(tmp_path / "taken")]) == 2
+    assert main(["export", str(tmp_path), "--to", "ctranslate2", "--out",
+                 str(tmp_path / "new")]) == 2
+    assert main(["export", str(run_dir), "--to", "huggingface", "--quantization", "int8",
+                 "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("transduce: error:") for line in err)
+    assert (tmp_path / "taken" / "x").read_text() == "keep"
+
+
+ARGOS = textwrap.dedent("""
+    import json, sys
+    import argostranslate.package, argostranslate.translate
+    argostranslate.package.install_from_path(sys.argv[1])
+    sources = json.loads(sys.argv[2])
+    print(json.dumps([argostranslate.translate.translate(s, "en", "de") for s in sources]))
+""")
+
+
+def test_an_argos_package_installs_and_translates_as_our_greedy_search(run_dir, tmp_path):
+    pytest.importorskip("argostranslate")
+    package = tmp_path / "en_de.argosmodel"
+    assert main(["export", str(run_dir), "--to", "argos", "--out", str(package)]) == 0
+    with zipfile.ZipFile(package) as archive:
+        names = archive.namelist()
+        top = {n.split("/")[0] for n in names}
+        assert len(top) == 1
+        (root,) = top
+        metadata = json.loads(archive.read(f"{root}/metadata.json"))
+        model_config = json.loads(archive.read(f"{root}/model/config.json"))
+    assert {f"{root}/sentencepiece.model", f"{root}/model/model.bin"} <= set(names)
+    assert any(n.startswith(f"{root}/spacy/") for n in names)
+    assert (metadata["from_code"], metadata["to_code"]) == ("en", "de")
+    assert {"package_version", "argos_version", "from_name", "to_name"} <= metadata.keys()
+    assert model_config["add_source_eos"] is True
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
+           "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
+           "ARGOS_CHUNK_TYPE": "SPACY", "ARGOS_BEAM_SIZE": "1", "ARGOS_DEVICE_TYPE": "cpu",
+           "ARGOS_COMPUTE_TYPE": "float32"}  # "auto" may pick int8
+    (home / "cache" / "argos-translate" / "spacy" / "senter" / "model").mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-c", ARGOS, str(package), json.dumps(SOURCES)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = Translator.load(run_dir, device="cpu").translate(SOURCES, beam_size=1)
+    assert theirs == ours
+    assert (home / "data" / "argos-translate" / "packages").is_dir()
+
+
+def _ft_config(source, tmp_path, *overrides):
+    pairs = "".join(f"{s}\t{s.upper()}\n" for s in SOURCES * 20)
+    (tmp_path / "ft.tsv").write_text(pairs)
+    return load_config(overrides=[
+        "data.dataset=null", f"data.train_tsv={tmp_path / 'ft.tsv'}", "data.max_tokens=300",
+        "train.bleu=false", "train.validate_every=0", "train.log_every=1", "train.warmup=5",
+        "train.lr=0.001", f"train.init_from={source}", "model.dropout=0.0", *overrides])
+
+
+def test_fine_tuning_starts_from_the_source_models_loss(run_dir, tmp_path):
+    from transduce.training.loss import label_smoothed_cross_entropy
+
+    trainer = start_run(_ft_config(run_dir, tmp_path, "train.max_updates=1"), tmp_path / "ft")
+    source = load_run(run_dir).model
+    batch = next(iter(trainer.epochs.stream(type("P", (), {"epoch": 0, "batch_in_epoch": 0})())))
+    with torch.no_grad():
+        expected = label_smoothed_cross_entropy(
+            source(batch.src, batch.tgt_in), batch.tgt_out,
+            epsilon=trainer.config.train.label_smoothing).item() / batch.n_tgt_tokens
+    trainer.train()
+    first = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["update"] == 1
+    assert first["train_loss"] == pytest.approx(expected, rel=1e-5)
+    assert load_run(tmp_path / "ft").config.model == load_run(run_dir).config.model.__class__(
+        load_run(run_dir).config.model.preset,
+        {**load_run(run_dir).config.model.settings, "dropout": 0.0})
+
+
+def test_a_fine_tuning_run_resumes_to_the_bit(run_dir, tmp_path):
+    start_run(_ft_config(run_dir, tmp_path, "train.max_updates=8"), tmp_path / "a").train()
+    start_run(_ft_config(run_dir, tmp_path, "train.max_updates=4"), tmp_path / "b").train()
+    resume_run(tmp_path / "b", ["train.max_updates=8"]).train()
+    a = ckpt.read_weights(ckpt.latest_checkpoint(tmp_path / "a") / ckpt.WEIGHTS)
+    b = ckpt.read_weights(ckpt.latest_checkpoint(tmp_path / "b") / ckpt.WEIGHTS)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    source = ckpt.read_weights(ckpt.model_checkpoint(run_dir))
+    assert not torch.equal(a["encoder.embedding.tokens.weight"],
+                           source["encoder.embedding.tokens.weight"])
+
+
+def test_a_conflicting_model_key_is_an_error_naming_it(run_dir, tmp_path, capsys):
+    assert main(["train", "--init-from", str(run_dir), "model.d_model=64",
+                 "--run-dir", str(tmp_path / "x")]) == 2
+    assert "model.d_model=64" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
