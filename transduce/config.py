@@ -56,6 +56,12 @@ class ModelSection:
         except ValueError as error:
             raise UserError(str(error)) from None
 
+    @classmethod
+    def of(cls, model: ModelConfig) -> ModelSection:
+        """The section that resolves to `model` over its tokenizer: every field written out."""
+        return cls(cls.preset, {k: v for k, v in dataclasses.asdict(model).items()
+                                if k not in _FROM_TOKENIZER})
+
     @property
     def max_positions(self) -> int:
         return self.settings.get("max_positions", PRESETS[self.preset].get(

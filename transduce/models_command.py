@@ -59,7 +59,7 @@ def export(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if args.quantization and args.to == "huggingface":
         raise UserError("--quantization goes with --to ctranslate2 or argos")
-    if out.exists() and (out.is_file() if args.to == "argos" else any(out.iterdir())):
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise UserError(f"--out {out}: already exists; pick a new path")
     weights = ckpt.named_checkpoint(Path(args.run_dir), args.checkpoint) if args.checkpoint \
         else None

@@ -110,16 +110,33 @@ def _ft_config(source, tmp_path, *overrides):
         "train.lr=0.001", f"train.init_from={source}", "model.dropout=0.0", *overrides])
 
 
-def test_fine_tuning_starts_from_the_source_models_loss(run_dir, tmp_path):
+@pytest.fixture(params=["ours", "opus-mt"])
+def source_run(request, run_dir, tmp_path_factory):
+    """A run to fine-tune: one of ours, or an imported OPUS-MT model (Marian's special ids, an
+    output bias)."""
+    if request.param == "ours":
+        return run_dir
+    from transduce.importers.marian import import_marian
+
+    from ..importers.opus_mt import make_opus_mt
+
+    root = tmp_path_factory.mktemp("opus")
+    return import_marian(make_opus_mt(root / "opus"), root / "run")
+
+
+def test_fine_tuning_starts_from_the_source_models_loss(source_run, tmp_path):
     from transduce.training.loss import label_smoothed_cross_entropy
 
+    run_dir = source_run
     trainer = start_run(_ft_config(run_dir, tmp_path, "train.max_updates=1"), tmp_path / "ft")
     source = load_run(run_dir).model
     batch = next(iter(trainer.epochs.stream(type("P", (), {"epoch": 0, "batch_in_epoch": 0})())))
     with torch.no_grad():
         expected = label_smoothed_cross_entropy(
-            source(batch.src, batch.tgt_in), batch.tgt_out,
+            source(batch.src, batch.tgt_in), batch.tgt_out, ignore_index=source.config.pad_id,
             epsilon=trainer.config.train.label_smoothing).item() / batch.n_tgt_tokens
+    assert batch.tgt_in[0, 0] == source.config.bos_id and batch.src[0, -1] in (
+        source.config.eos_id, source.config.pad_id)
     trainer.train()
     first = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["update"] == 1
@@ -129,7 +146,8 @@ def test_fine_tuning_starts_from_the_source_models_loss(run_dir, tmp_path):
         {**load_run(run_dir).config.model.settings, "dropout": 0.0})
 
 
-def test_a_fine_tuning_run_resumes_to_the_bit(run_dir, tmp_path):
+def test_a_fine_tuning_run_resumes_to_the_bit(source_run, tmp_path):
+    run_dir = source_run
     start_run(_ft_config(run_dir, tmp_path, "train.max_updates=8"), tmp_path / "a").train()
     start_run(_ft_config(run_dir, tmp_path, "train.max_updates=4"), tmp_path / "b").train()
     resume_run(tmp_path / "b", ["train.max_updates=8"]).train()

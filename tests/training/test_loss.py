@@ -93,6 +93,26 @@ def test_projected_loss_equals_projecting_then_torch_cross_entropy(eps, reductio
     assert (g_ours[0][0, 3:] == 0).all()  # padding positions get no gradient
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fused", "reference"])
+def test_projected_loss_with_a_bias_equals_the_biased_output_layer(fast, chunking, monkeypatch):
+    from transduce import kernels
+
+    monkeypatch.setattr(kernels, "fast", lambda: fast)
+    hidden = torch.randn(4, 7, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(50, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (4, 7))
+    target[1, 2:] = PAD
+    ours = projected_label_smoothed_cross_entropy(hidden, weight, target, epsilon=0.1,
+                                                  ignore_index=PAD, bias=bias)
+    g_ours = torch.autograd.grad(ours * 3.0, (hidden, weight, bias))
+    ref = F.cross_entropy(F.linear(hidden, weight, bias).flatten(0, 1), target.flatten(),
+                          ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+    g_ref = torch.autograd.grad(ref * 3.0, (hidden, weight, bias))
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+
+
 def test_projected_loss_under_bf16_autocast_matches_the_bf16_output_layer(chunking):
     hidden = torch.randn(5, 6, 16, requires_grad=True)
     weight = torch.randn(50, 16, requires_grad=True)
@@ -158,6 +178,29 @@ def test_r_drop_loss_is_both_passes_cross_entropy_plus_alpha_times_half_kl(alpha
     torch.testing.assert_close(ours, ref)
     torch.testing.assert_close(g_ours, g_ref)
     assert (g_ours[0][0, 3:] == 0).all() and (g_ours[0][3, 3:] == 0).all()  # padding
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fused", "reference"])
+def test_r_drop_loss_with_a_bias_equals_the_biased_output_layers(fast, chunking, monkeypatch):
+    from transduce import kernels
+
+    monkeypatch.setattr(kernels, "fast", lambda: fast)
+    hidden = torch.randn(4, 5, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(50, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 50, (2, 5))
+    target[1, 2:] = PAD
+    ours = r_drop_loss(hidden, weight, target.repeat(2, 1), alpha=5.0, ignore_index=PAD,
+                       bias=bias)
+    g_ours = torch.autograd.grad(ours, (hidden, weight, bias))
+    real = (target != PAD).flatten()
+    log_p = F.log_softmax(F.linear(hidden, weight, bias).view(2, -1, 50)[:, real], dim=-1)
+    y = target.flatten()[real]
+    ce = -(0.9 * log_p.gather(2, y.expand(2, -1)[..., None]).sum() + 0.1 / 50 * log_p.sum())
+    ref = ce + 5.0 / 2 * ((log_p[0].exp() - log_p[1].exp()) * (log_p[0] - log_p[1])).sum()
+    g_ref = torch.autograd.grad(ref, (hidden, weight, bias))
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
 
 
 def test_r_drop_loss_under_bf16_autocast_is_close_to_fp32():

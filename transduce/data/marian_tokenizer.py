@@ -68,17 +68,18 @@ class MarianTokenizer:
         return self._ids(code, self._sp.encode(text, out_type=str))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        codes, texts = zip(*map(_language_code, texts), strict=True) if texts else ((), ())
-        pieces = self._sp.encode(list(texts), out_type=str, num_threads=_THREADS)
-        return [self._ids(c, p) for c, p in zip(codes, pieces, strict=True)]
+        return self._encode_batch(texts, num_threads=_THREADS)
 
     def sample_batch(self, texts: list[str], *, dropout: float, seed: int) -> list[list[int]]:
         """A random segmentation of each text (BPE-dropout), the same for the same seed."""
         spm.set_random_generator_seed(seed)
-        codes, texts = zip(*map(_language_code, texts), strict=True) if texts else ((), ())
-        pieces = self._sp.encode(list(texts), out_type=str, enable_sampling=True, alpha=dropout,
-                                 nbest_size=-1, num_threads=1)
-        return [self._ids(c, p) for c, p in zip(codes, pieces, strict=True)]
+        return self._encode_batch(texts, enable_sampling=True, alpha=dropout, nbest_size=-1,
+                                  num_threads=1)
+
+    def _encode_batch(self, texts: list[str], **options) -> list[list[int]]:
+        codes = [_language_code(t) for t in texts]
+        pieces = self._sp.encode([text for _, text in codes], out_type=str, **options)
+        return [self._ids(code, p) for (code, _), p in zip(codes, pieces, strict=True)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of `ids` without the special tokens, as MarianTokenizer decodes it."""

@@ -49,7 +49,8 @@ class DecoderSteps:
         log-probabilities, or with `renormalize` those of a softmax without <pad> and <bos>)."""
         logits = self._decode().float()  # ours to overwrite: fresh, or the step's buffer
         if self.renormalize:
-            logits.index_fill_(1, self._never, float("-inf"))
+            return torch.log_softmax(logits.index_fill_(1, self._never, float("-inf")), dim=-1,
+                                     out=logits)
         log_probs = torch.log_softmax(logits, dim=-1, out=logits)
         return log_probs.index_fill_(1, self._never, float("-inf"))
 

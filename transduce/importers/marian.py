@@ -52,7 +52,7 @@ def import_marian(source: str | Path, out_dir: Path) -> Path:
     model_config = _model_config(hf_config, tokenizers)
     model = Transformer(model_config).eval()
     ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
-    config = Config(model=ModelSection("base", _model_settings(model_config)),
+    config = Config(model=ModelSection.of(model_config),
                     data=_data_config(directory), decode=_decode_config(directory))
     check_writable(out_dir, what="--out")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -200,13 +200,6 @@ def _model_config(raw: dict, tokenizers: Tokenizers) -> ModelConfig:
         tie_output=raw.get("tie_word_embeddings", True), output_bias=True,
         scale_embedding=raw.get("scale_embedding", False), layer_norm_eps=1e-5,
         **tokenizers.specials)
-
-
-def _model_settings(config: ModelConfig) -> dict:
-    """The model section of the run's config.yaml: every field but those of the tokenizer."""
-    from transduce.config import _FROM_TOKENIZER
-
-    return {k: v for k, v in config.__dict__.items() if k not in _FROM_TOKENIZER}
 
 
 @torch.no_grad()

@@ -58,26 +58,30 @@ def nll_loss(logits: Tensor, target: Tensor, *, ignore_index: int = 1) -> Tensor
 
 def projected_label_smoothed_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, *,
                                            epsilon: float = 0.1, ignore_index: int = 1,
-                                           reduction: str = "sum") -> Tensor:
-    """`label_smoothed_cross_entropy(hidden @ weight.T, target, ...)`: hidden (..., D) are the
-    decoder's last states, weight (V, D) the output projection. The fused kernel never holds the
-    logits whole, and padding positions cost it nothing."""
+                                           reduction: str = "sum",
+                                           bias: Tensor | None = None) -> Tensor:
+    """`label_smoothed_cross_entropy(hidden @ weight.T + bias, target, ...)`: hidden (..., D)
+    are the decoder's last states, weight (V, D) and bias (V,) (if any) the output projection.
+    The fused kernel never holds the logits whole, and padding positions cost it nothing."""
     _check_reduction(reduction)
     hidden = hidden.reshape(-1, hidden.shape[-1])
     target = target.reshape(-1)
     if not kernels.fast():
-        return label_smoothed_cross_entropy(F.linear(hidden, weight), target, epsilon=epsilon,
-                                            ignore_index=ignore_index, reduction=reduction)
+        return label_smoothed_cross_entropy(F.linear(hidden, weight, bias), target,
+                                            epsilon=epsilon, ignore_index=ignore_index,
+                                            reduction=reduction)
     real = (target != ignore_index).nonzero().squeeze(1)
     row_weight = hidden.new_ones(len(real), dtype=torch.float32)
     if reduction == "mean":
         row_weight /= max(len(real), 1)
     return fused.projected_label_smoothed_cross_entropy(
-        hidden.index_select(0, real), weight, target.index_select(0, real), row_weight, epsilon)
+        hidden.index_select(0, real), weight, target.index_select(0, real), row_weight, epsilon,
+        bias=bias)
 
 
 def r_drop_loss(hidden: Tensor, weight: Tensor, target: Tensor, *, epsilon: float = 0.1,
-                alpha: float = 5.0, ignore_index: int = 1) -> Tensor:
+                alpha: float = 5.0, ignore_index: int = 1,
+                bias: Tensor | None = None) -> Tensor:
     """R-Drop (Liang et al., 2021): the batch ran through the model twice, each pass with its own
     dropout, stacked along the first dimension of `hidden` (2B, T, D) and `target` (2B, T).
 
@@ -93,8 +97,9 @@ def r_drop_loss(hidden: Tensor, weight: Tensor, target: Tensor, *, epsilon: floa
     hidden = hidden.reshape(2, -1, hidden.shape[-1]).index_select(1, real)  # (2, N, D)
     target = first.reshape(-1).index_select(0, real)
     if kernels.fast():
-        return fused.projected_r_drop(hidden, weight, target, epsilon=epsilon, alpha=alpha)
-    log_p = F.log_softmax(_at_least_float32(F.linear(hidden, weight)), dim=-1)  # (2, N, V)
+        return fused.projected_r_drop(hidden, weight, target, epsilon=epsilon, alpha=alpha,
+                                      bias=bias)
+    log_p = F.log_softmax(_at_least_float32(F.linear(hidden, weight, bias)), dim=-1)  # (2, N, V)
     smoothed = -((1 - epsilon) * log_p.gather(2, target.expand(2, -1)[..., None]).sum()
                  + epsilon / log_p.shape[-1] * log_p.sum())
     p = log_p.exp()

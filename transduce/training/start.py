@@ -14,8 +14,8 @@ from transduce.data.prepare import PreparedData, prepare
 from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
 from transduce.files import check_writable
-from transduce.runs import checkpoint as ckpt
 from transduce.model.config import PRESETS
+from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
 from transduce.runs.load import LoadedRun, check_fits, load_run, read_config
 from transduce.training import report
@@ -46,7 +46,7 @@ def start_run(config: Config, run_dir: Path, *, data: PreparedData | None = None
         data = _prepare(config, run_dir, world, device, data, tokenizers)
         trainer = Trainer(config, run_dir, data, world=world, device=device, new_run=new_run)
         if source is not None:
-            ckpt.load_weights(trainer.model, source.weights, state=ckpt.model_state(source.model))
+            trainer.model.load_state_dict(source.model.state_dict())
             log.info("starting from the weights of %s", source.weights)
         return trainer
     except BaseException:

@@ -28,8 +28,7 @@ from transduce.training.devices import autocast, precision
 from transduce.training.distributed import World
 from transduce.training.epochs import Epochs
 from transduce.training.interrupts import Abandon, Interrupts
-from transduce.training.loss import (label_smoothed_cross_entropy,
-                                     projected_label_smoothed_cross_entropy, r_drop_loss)
+from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
 from transduce.training.records import NoRecords, Records
 from transduce.training.state import Progress
 from transduce.training.validate import Validation, validate
@@ -58,9 +57,6 @@ class Trainer:
         torch.manual_seed(train.seed)
         tok = data.tokenizers
         self.model_config = model_config(config, tok)
-        if train.rdrop_alpha > 0 and self.model_config.output_bias:
-            raise TrainingError("train.rdrop_alpha needs a model without an output bias "
-                                "(model.output_bias=false)")
         self.model = Transformer(self.model_config).to(self.device)
         optimizer_type = torch.optim.AdamW if train.weight_decay else torch.optim.Adam
         self.optimizer = optimizer_type(self.model.parameters(), lr=train.lr,
@@ -212,16 +208,14 @@ class Trainer:
                     hidden = self.model.features(batch.src.repeat(2, 1), batch.tgt_in.repeat(2, 1))
                     loss = r_drop_loss(hidden, self.model.output.weight, batch.tgt_out.repeat(2, 1),
                                        epsilon=cfg.label_smoothing, alpha=cfg.rdrop_alpha,
-                                       ignore_index=self.model_config.pad_id) / 2
-                elif self.model_config.output_bias:  # the fused loss has no bias
-                    loss = label_smoothed_cross_entropy(
-                        self.model(batch.src, batch.tgt_in), batch.tgt_out,
-                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id)
+                                       ignore_index=self.model_config.pad_id,
+                                       bias=self.model.output.bias) / 2
                 else:
                     hidden = self.model.features(batch.src, batch.tgt_in)
                     loss = projected_label_smoothed_cross_entropy(
                         hidden, self.model.output.weight, batch.tgt_out,
-                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id)
+                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id,
+                        bias=self.model.output.bias)
             self.scaler.scale(loss / tokens).backward()
             total += loss.item()
         return total, tokens
