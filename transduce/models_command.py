@@ -29,9 +29,19 @@ def add_import_options(parser: argparse.ArgumentParser) -> None:
                         help="the run directory to write (absent or empty)")
 
 
+def _quiet_transformers() -> None:
+    """No progress bars from transformers while it loads and writes weights: one line each."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # the command says what to install
+        return
+    hf_logging.disable_progress_bar()
+
+
 def import_model(args: argparse.Namespace) -> None:
     from transduce.importers.marian import import_marian
 
+    _quiet_transformers()
     out = import_marian(args.source, Path(args.out))
     print(f"imported {args.source} -> {out}")
 
@@ -56,6 +66,7 @@ def export(args: argparse.Namespace) -> None:
     from transduce.runs import checkpoint as ckpt
     from transduce.runs.load import load_run
 
+    _quiet_transformers()
     out = Path(args.out)
     if args.quantization and args.to == "huggingface":
         raise UserError("--quantization goes with --to ctranslate2 or argos")
