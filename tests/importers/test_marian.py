@@ -71,11 +71,27 @@ def test_the_run_carries_marians_differences(opus):
     assert run.config.data.src_lang == "en" and run.config.data.tgt_lang == "de"
 
 
-def test_greedy_and_beam_search_give_generates_outputs(opus):
-    _, run, hf, tokenizer = opus
+@pytest.fixture(scope="module")
+def plain_opus(tmp_path_factory):
+    """As `opus`, without language tokens: another random model, whose beams reach the length
+    limit, where a forced </s> scores log 1 once renormalised."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    from transduce.importers.marian import import_marian
+
+    root = tmp_path_factory.mktemp("plain")
+    directory = make_opus_mt(root / "opus")
+    return (directory, load_run(import_marian(directory, root / "run")),
+            MarianMTModel.from_pretrained(directory).eval(),
+            MarianTokenizer.from_pretrained(directory))
+
+
+@pytest.mark.parametrize("model", ["opus", "plain_opus"])
+@pytest.mark.parametrize("new_tokens", [20, 40])  # the last a forced </s> (forced_eos_token_id)
+def test_greedy_and_beam_search_give_generates_outputs(request, model, new_tokens):
+    _, run, hf, tokenizer = request.getfixturevalue(model)
     batch = _batch(tokenizer, sentences(WORDS_EN, 40, 7))
     pad = hf.config.pad_token_id
-    new_tokens = 40  # the last of them a forced </s>, as OPUS-MT's forced_eos_token_id says
     with torch.no_grad():
         greedy = hf.generate(**batch, num_beams=1, max_new_tokens=new_tokens)
         beam = hf.generate(**batch, max_new_tokens=new_tokens)  # num_beams 4, renormalised

@@ -65,8 +65,7 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    # one row per sentence, then k
-    steps = decoder_steps(model, src, use_cache=use_cache, renormalize=renormalize)
+    steps = decoder_steps(model, src, use_cache=use_cache)  # one row per sentence, then k
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
     limits = torch.maximum(limits, forced_len)
@@ -93,6 +92,8 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
             allowed = forced[active, step].clamp(min=0)
             keep = F.one_hot(allowed, vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
+        if renormalize:  # over the tokens this step allows (Hugging Face's renormalize_logits)
+            log_probs = torch.log_softmax(log_probs, dim=-1)
         top_scores, beam, token = _best_extensions(scores, log_probs, 2 * k)  # (n, 2k) each
         is_eos = token.eq(eos) & top_scores.isfinite()
 

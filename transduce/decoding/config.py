@@ -27,9 +27,9 @@ class DecodeConfig:
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
     max_len_b: int = 50  # ... (b of the limit above)
     min_len: int = 1  # tokens before <eos> is allowed
-    # beam scores from log-probabilities renormalised over the tokens an output may hold
-    # (<pad> and <bos> left out before the softmax, as Marian and CTranslate2 score, and Hugging
-    # Face with renormalize_logits: OPUS-MT's setting); false: the model's own log-probabilities
+    # beam scores from log-probabilities renormalised over the tokens each step allows (never
+    # <pad> or <bos>; not <eos> before min_len; only <eos> at the length limit), as Hugging Face
+    # with renormalize_logits (OPUS-MT's setting); false: the model's own log-probabilities
     renormalize: bool = False
     max_tokens: int = 8192  # source tokens per translation batch
 

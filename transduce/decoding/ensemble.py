@@ -68,10 +68,8 @@ class Ensemble(nn.Module):
 class EnsembleSteps:
     """`DecoderSteps` over an ensemble's members, each with its own encoder output and cache."""
 
-    def __init__(self, ensemble: Ensemble, src: Tensor, *, use_cache: bool = True,
-                 renormalize: bool = False) -> None:
-        self.members = [DecoderSteps(m, src, use_cache=use_cache, renormalize=renormalize)
-                        for m in ensemble.members]
+    def __init__(self, ensemble: Ensemble, src: Tensor, *, use_cache: bool = True) -> None:
+        self.members = [DecoderSteps(m, src, use_cache=use_cache) for m in ensemble.members]
         self._log_n = math.log(len(self.members))
 
     @property
@@ -110,9 +108,9 @@ class EnsembleSteps:
             member.reorder_beams(rows)
 
 
-def decoder_steps(model: Transformer | Ensemble, src: Tensor, *, use_cache: bool = True,
-                  renormalize: bool = False) -> DecoderSteps | EnsembleSteps:
+def decoder_steps(model: Transformer | Ensemble, src: Tensor, *,
+                  use_cache: bool = True) -> DecoderSteps | EnsembleSteps:
     """The step-by-step decoder of a model or of an ensemble."""
     if isinstance(model, Ensemble):
-        return EnsembleSteps(model, src, use_cache=use_cache, renormalize=renormalize)
-    return DecoderSteps(model, src, use_cache=use_cache, renormalize=renormalize)
+        return EnsembleSteps(model, src, use_cache=use_cache)
+    return DecoderSteps(model, src, use_cache=use_cache)

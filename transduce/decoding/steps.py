@@ -21,10 +21,8 @@ class DecoderSteps:
     rows among those of the same source.
     """
 
-    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True,
-                 renormalize: bool = False) -> None:
-        """src (B, S): one row per source to begin with. renormalize: log-probabilities over
-        the tokens an output may hold (see `log_probs`)."""
+    def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
+        """src (B, S): one row per source to begin with."""
         self.model = model
         self.src_mask = model.src_mask(src)
         self.memory = model.encode(src, self.src_mask)
@@ -35,7 +33,6 @@ class DecoderSteps:
                                  device=src.device)
         config = model.config
         self._never = torch.tensor([config.pad_id, config.bos_id], device=src.device)
-        self.renormalize = renormalize
         self._logits: Tensor | None = None  # the buffer of `_decode`
 
     @property
@@ -46,11 +43,8 @@ class DecoderSteps:
     def log_probs(self) -> Tensor:
         """log p(next token | source, prefix) for every row: (rows, V), fp32; <pad> and <bos>
         are never a translation's tokens, so they get -inf (the others keep the model's
-        log-probabilities, or with `renormalize` those of a softmax without <pad> and <bos>)."""
+        log-probabilities, not renormalised)."""
         logits = self._decode().float()  # ours to overwrite: fresh, or the step's buffer
-        if self.renormalize:
-            return torch.log_softmax(logits.index_fill_(1, self._never, float("-inf")), dim=-1,
-                                     out=logits)
         log_probs = torch.log_softmax(logits, dim=-1, out=logits)
         return log_probs.index_fill_(1, self._never, float("-inf"))
 
