@@ -6,7 +6,7 @@ translations each engine finds identical to its counterpart of ours (the length 
 Hugging Face and CTranslate2, |y|^alpha, on both sides; the same maximum length). Beam search
 runs with each side's default stopping rule (ours "early", generate()'s early_stopping=False)
 and with the exhaustive one (ours "exact", generate()'s early_stopping="never"); ours also in
-bfloat16.
+bfloat16 and int8 (`--dtype int8`).
 Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
 64: the numbers of the issue's orientation table. Every engine makes 17 decoder steps per
 output there: ours 16 tokens and <eos>; Hugging Face's and CTranslate2's 17 tokens, their
@@ -35,10 +35,12 @@ from pathlib import Path
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
-ENGINES = ("transduce", "transduce-bf16", "transduce-exact", "transduce-nocache", "hf",
+ENGINES = ("transduce", "transduce-bf16", "transduce-int8", "transduce-exact", "transduce-nocache",
+           "hf",
            "hf-never", "ct2-fp32", "ct2-int8", "ct2-fp32-onednn", "ct2-int8-onednn")
 # which of ours each engine's translations are compared with
-COUNTERPART = {"transduce-bf16": "transduce", "transduce-exact": "transduce",
+COUNTERPART = {"transduce-bf16": "transduce", "transduce-int8": "transduce",
+               "transduce-exact": "transduce",
                "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
                "ct2-fp32": "transduce", "ct2-int8": "transduce", "ct2-fp32-onednn": "transduce",
                "ct2-int8-onednn": "transduce"}
@@ -79,8 +81,12 @@ def child(args) -> None:
         from transduce.decoding.greedy import greedy_search
         from transduce.model import ModelConfig, Transformer
         from transduce.runs.checkpoint import load_weights
+        from transduce.runs.int8 import load_int8
         model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
-        load_weights(model, model_dir / "model.safetensors")
+        if args.engine == "transduce-int8":  # from the int8 copy, as `--dtype int8` loads it
+            load_int8(model, model_dir / "model.safetensors")
+        else:
+            load_weights(model, model_dir / "model.safetensors")
         model.eval()
         if args.engine == "transduce-bf16":
             model = model.to(torch.bfloat16)

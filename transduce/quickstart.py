@@ -69,7 +69,7 @@ def quickstart(run_dir: Path, overrides: list[str] = (), *, examples: int = 8) -
     chrf = sacrebleu.corpus_chrf(hypotheses, [references])
 
     print(f"\nheld-out numbers the model never saw ({len(pairs):,}):\n")
-    width = max(len(s) for s in sources[:examples])
+    width = max((len(s) for s in sources[:examples]), default=0)
     for s, h, r in list(zip(sources, hypotheses, references, strict=True))[:examples]:
         mark = "ok " if h == r else "XX "
         print(f"  {mark}{s:<{width}}  ->  {h}" + ("" if h == r else f"   (reference: {r})"))

@@ -69,9 +69,10 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto",
                         help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
-                        help="decode in 16 bits: faster for larger models on CPUs with bf16 "
-                             "support and on GPUs, not for tiny ones; a few translations may "
-                             "differ (default: float32)")
+                        help="bfloat16/float16: weights and activations in 16 bits, faster "
+                             "for larger models on CPUs with bf16 support and on GPUs; int8 "
+                             "(CPU): linear layers in int8, faster where matrix products "
+                             "dominate; a few translations may differ (default: float32)")
 
 
 def add_translate_options(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from transduce.errors import UserError
 
 STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
-DTYPES = ("float32", "bfloat16", "float16")  # what a Translator may decode in
+DTYPES = ("float32", "bfloat16", "float16", "int8")  # what a Translator may decode in
 LENGTH_NORMALIZATIONS = ("gnmt", "power")
 
 

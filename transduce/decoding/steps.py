@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from transduce.model.cache import copy_rows, moved_rows
-from transduce.kernels.linear import ONEDNN
+from transduce.kernels.linear import writes_into
 from transduce.model.transformer import Transformer
 
 
@@ -54,12 +54,12 @@ class DecoderSteps:
         return self._decode().float().index_fill_(1, self._never, float("-inf"))
 
     def _decode(self) -> Tensor:
-        """The newest position's logits (rows, V). Unless oneDNN computes them, into a buffer
-        kept from step to step (so a step's results are valid until the next step): fresh
-        memory every step, 44 MB at beam 5 over the 273 sentences of a default batch, costs page
-        faults; the projection and log-softmax took 1.8x as long."""
+        """The newest position's logits (rows, V). Where the output layer can write them into
+        one, into a buffer kept from step to step (so a step's results are valid until the next
+        step): fresh memory every step, 44 MB at beam 5 over the 273 sentences of a default
+        batch, costs page faults; the projection and log-softmax took 1.8x as long."""
         out = None
-        if self.memory.dtype == torch.float32 and not ONEDNN:
+        if self.memory.dtype == torch.float32 and writes_into(self.model.output):
             rows, vocab = len(self.inputs), self.model.config.tgt_vocab_size
             if self._logits is None or len(self._logits) < rows:
                 self._logits = self.memory.new_empty(rows, vocab)

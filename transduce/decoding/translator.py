@@ -64,6 +64,10 @@ class Translator:
         in 16 bits: faster where the hardware multiplies them natively (GPUs, CPUs with
         AVX512-BF16 or AMX) and the matrices are large enough (1.5-1.6x for `base` on a 2-core
         AVX512-BF16 CPU, nothing for `tiny`); a few translations may differ from float32.
+        "int8" (CPU only): the linear layers in int8 with activations quantized per row on the
+        fly (`transduce.kernels.int8`), the rest in float32; its weights come from the
+        checkpoint's int8 copy, made and saved beside it on first use (`transduce.runs.int8`).
+        Faster where the matrix products dominate (docs/speed.md); a few translations differ.
         """
         runtime.tune()
         if dtype not in DTYPES:
@@ -78,7 +82,12 @@ class Translator:
             checkpoints = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
         if len(checkpoints) != len(dirs):
             raise UserError(f"{len(checkpoints)} checkpoints for {len(dirs)} model directories")
-        runs = [load_run(d, c) for d, c in zip(dirs, checkpoints, strict=True)]
+        device = resolve_device(str(device), setting="device")
+        if dtype == "int8" and device.type != "cpu":
+            raise UserError(f"dtype int8 runs on the CPU, not {device.type}: use float16 or "
+                            "bfloat16 there")
+        runs = [load_run(d, c, int8=dtype == "int8")
+                for d, c in zip(dirs, checkpoints, strict=True)]
         decode, tokenizers = runs[0].config.decode, runs[0].tokenizers
         for d, run in zip(dirs[1:], runs[1:], strict=True):
             if run.tokenizers.fingerprint != tokenizers.fingerprint:
@@ -86,12 +95,13 @@ class Translator:
                                 "ensemble need one vocabulary")
         models = [run.model for run in runs]
         model = models[0] if len(models) == 1 else Ensemble(models)
-        device = resolve_device(str(device), setting="device")
         if dtype == "bfloat16" and not native_bf16(device):
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
                         "GPU), so it is emulated and decoding runs slower than in float32",
                         device.type)
-        return cls(model.to(device=device, dtype=getattr(torch, dtype)), tokenizers, decode)
+        model = model.to(device=device, dtype=torch.float32 if dtype == "int8" else
+                         getattr(torch, dtype))
+        return cls(model, tokenizers, decode)
 
 
     @property

@@ -1,12 +1,12 @@
-"""Linear layers that run float32 inference on oneDNN on an AMD CPU.
+"""Linear layers that run float32 inference on oneDNN on an AMD CPU with AVX-512.
 
 PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 code on AMD
-processors. oneDNN, which PyTorch ships as well, uses AVX-512 there: on a 2-core AMD EPYC its
-linear kernel is 1.3-2.3x faster at every shape of the decoder (for the output projection of 320
-beam rows: 1.7 ms against 3.9 ms), with the same results (equal or within float32 rounding:
-another order of summation). On Intel processors MKL runs its own AVX-512 code and is as fast
-or faster (a 2-core Xeon with AVX-512, `tiny` shape: greedy search 1.3x faster on MKL, beam
-search 1.07x; `base` the same either way), so there `F.linear` stays. The oneDNN kernel has no
+processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it: on a
+2-core AMD EPYC with AVX-512 its linear kernel was faster at every shape of the decoder, with the
+same results (equal or within float32 rounding: another order of summation). On an AMD EPYC with
+AVX2 only, oneDNN's kernel is the slower one (greedy search 1.6x slower than on MKL), and on
+Intel processors MKL runs its own AVX-512 code and is as fast or faster, so there `F.linear`
+stays (docs/speed.md). The oneDNN kernel has no
 backward pass, so training, and anything else that needs gradients, keeps `F.linear`; bfloat16
 and float16 already reach oneDNN through it.
 """
@@ -20,22 +20,29 @@ from torch import Tensor, nn
 from transduce import kernels
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor as Linux names it ("GenuineIntel", "AuthenticAMD"), or "" if unknown."""
+def cpu_info(field: str) -> str:
+    """A field of the first CPU in /proc/cpuinfo ("vendor_id": "GenuineIntel", "AuthenticAMD";
+    "flags"), or "" if unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("vendor_id"):
+                if line.split(":", 1)[0].strip() == field:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
 
 
+def cpu_vendor() -> str:
+    return cpu_info("vendor_id")
+
+
 ONEDNN_AVAILABLE = (torch.backends.mkldnn.is_available()
                     and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-# see above: MKL's AVX2 on AMD; the reference paths (TRANSDUCE_KERNELS=reference) use F.linear
-ONEDNN = ONEDNN_AVAILABLE and cpu_vendor() == "AuthenticAMD" and kernels.fast()
+# see above: MKL's AVX2 against oneDNN's AVX-512 on AMD; the reference paths
+# (TRANSDUCE_KERNELS=reference) use F.linear
+ONEDNN = (ONEDNN_AVAILABLE and cpu_vendor() == "AuthenticAMD"
+          and "avx512f" in cpu_info("flags").split() and kernels.fast())
 
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -73,5 +80,23 @@ def row_bucket(rows: int) -> int:
 class Linear(nn.Linear):
     """`nn.Linear` (same parameters and state dict) whose forward is `linear`."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+    def forward(self, x: Tensor, features: slice | None = None, *,
+                out: Tensor | None = None) -> Tensor:
+        """x (..., in) -> (..., out), or only the output features `features` (rows of the
+        weight: the queries of a packed [W_Q; W_K; W_V], say). With `out`, a (rows, features)
+        float32 buffer for a 2-D x, the result is written there when `F.linear` would compute it
+        (not on oneDNN); either way the result is returned."""
+        weight, bias = self.weight, self.bias
+        if features is not None:
+            weight, bias = weight[features], None if bias is None else bias[features]
+        if out is not None and not ONEDNN and x.dim() == 2 and out.dtype == x.dtype:
+            if bias is None:
+                return torch.mm(x, weight.t(), out=out)
+            return torch.addmm(bias, x, weight.t(), out=out)
+        return linear(x, weight, bias)
+
+
+def writes_into(layer: nn.Module) -> bool:
+    """Whether `layer(x, out=buffer)` writes its result into the buffer (so that a caller
+    keeping one from call to call saves fresh memory)."""
+    return isinstance(layer, Linear) and not ONEDNN

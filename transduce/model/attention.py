@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce.kernels.attention import fused_attention, fused_attention_pays
-from transduce.kernels.linear import Linear, linear
+from transduce.kernels.linear import Linear
 from transduce.model.cache import KVCache
 from transduce.model.masks import causal_mask
 
@@ -103,17 +103,16 @@ class MultiHeadAttention(nn.Module):
         """
         # 1) project to queries, keys and values, split into heads: (B, H, T, Dh)
         if memory is None:
-            q, k, v = self._heads(linear(x, self.in_proj.weight, self.in_proj.bias), 3)
+            q, k, v = self._heads(self.in_proj(x), 3)
             if cache is not None:
                 k, v = cache.append(k, v)
         else:
             d = x.shape[-1]
-            w, b = self.in_proj.weight, self.in_proj.bias
-            (q,) = self._heads(linear(x, w[:d], b[:d]), 1)
+            (q,) = self._heads(self.in_proj(x, slice(0, d)), 1)
             if cache is not None and len(cache):
                 k, v = cache.keys, cache.values
             else:
-                k, v = self._heads(linear(memory, w[d:], b[d:]), 2)
+                k, v = self._heads(self.in_proj(memory, slice(d, None)), 2)
                 if cache is not None:
                     cache.append(k, v)
         # 2) attend, each head on its own. With fewer memory rows than query rows (the beams of

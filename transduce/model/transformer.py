@@ -125,14 +125,9 @@ class Transformer(nn.Module):
     def decode_next(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, *,
                     cache: DecoderCache | None = None, out: Tensor | None = None) -> Tensor:
         """As `decode`, but only the newest position's logits, (B, V): a search step's. With
-        `out` (B, V) they are written there (with PyTorch's own kernel, not oneDNN's)."""
+        `out` (B, V) they are written there where the output layer can (`writes_into`)."""
         hidden, _ = self.decoder(tgt, memory, src_mask, cache=cache)
-        hidden = hidden[:, -1]
-        if out is None:
-            return self.output(hidden)
-        if self.output.bias is None:
-            return torch.mm(hidden, self.output.weight.t(), out=out)
-        return torch.addmm(self.output.bias, hidden, self.output.weight.t(), out=out)
+        return self.output(hidden[:, -1], out=out)
 
     def decode_with_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None, *,
                               cache: DecoderCache | None = None) -> tuple[Tensor, Tensor]:

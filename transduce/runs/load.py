@@ -17,6 +17,7 @@ from transduce.errors import UserError
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
+from transduce.runs.int8 import load_int8
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +38,28 @@ def model_config(config: Config, tokenizers: Tokenizers) -> ModelConfig:
 
 @dataclass
 class LoadedRun:
-    model: Transformer  # in eval mode, on the CPU, float32
+    model: Transformer  # in eval mode, on the CPU, float32 (linear layers int8 if asked)
     config: Config
     tokenizers: Tokenizers
     weights: Path  # the file its weights came from
 
 
-def load_run(run_dir: Path, checkpoint: str | Path | None = None) -> LoadedRun:
+def load_run(run_dir: Path, checkpoint: str | Path | None = None, *,
+             int8: bool = False) -> LoadedRun:
     """The model of a run directory with its configuration and tokenizers. Its weights: the
     file `checkpoint` names, else the averaged checkpoint if any, else the best, else the
-    latest. Says which one (a log line), and warns when the average is older than the latest."""
+    latest. Says which one (a log line), and warns when the average is older than the latest.
+    With `int8`, the model's linear layers are int8, from the checkpoint's int8 copy
+    (`transduce.runs.int8`)."""
     run_dir = Path(run_dir)
     config = read_config(run_dir)
     tokenizers = Tokenizers.load(run_dir)
     model = Transformer(model_config(config, tokenizers))
     weights = Path(checkpoint) if checkpoint else ckpt.model_checkpoint(run_dir)
-    ckpt.load_weights(model, weights)
+    if int8:
+        load_int8(model, weights)
+    else:
+        ckpt.load_weights(model, weights)
     log.info("%s: %s", run_dir, ckpt.describe(run_dir, weights))
     if warning := ckpt.stale_average(run_dir, weights):
         log.warning("%s", warning)
