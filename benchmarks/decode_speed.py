@@ -6,7 +6,8 @@ translations each engine finds identical to its counterpart of ours (the length 
 Hugging Face and CTranslate2, |y|^alpha, on both sides; the same maximum length). Beam search
 runs with each side's default stopping rule (ours "early", generate()'s early_stopping=False)
 and with the exhaustive one (ours "exact", generate()'s early_stopping="never"); ours also in
-bfloat16 and int8 (`--dtype int8`).
+bfloat16, int8 (`--dtype int8`) and compiled (`--compile`: its first pass, which compiles,
+is not timed; its seconds are shown).
 Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
 64: the numbers of the issue's orientation table. Every engine makes 17 decoder steps per
 output there: ours 16 tokens and <eos>; Hugging Face's and CTranslate2's 17 tokens, their
@@ -35,11 +36,12 @@ from pathlib import Path
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
-ENGINES = ("transduce", "transduce-bf16", "transduce-int8", "transduce-exact", "transduce-nocache",
-           "hf",
+ENGINES = ("transduce", "transduce-bf16", "transduce-int8", "transduce-compiled", "transduce-exact",
+           "transduce-nocache", "hf",
            "hf-never", "ct2-fp32", "ct2-int8", "ct2-fp32-onednn", "ct2-int8-onednn")
 # which of ours each engine's translations are compared with
 COUNTERPART = {"transduce-bf16": "transduce", "transduce-int8": "transduce",
+               "transduce-compiled": "transduce",
                "transduce-exact": "transduce",
                "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
                "ct2-fp32": "transduce", "ct2-int8": "transduce", "ct2-fp32-onednn": "transduce",
@@ -72,6 +74,7 @@ def child(args) -> None:
     max_len, alpha = spec["max_len"], spec["alpha"]
     min_len = max_len if forced else 1
     outputs: list = [None] * len(sources)
+    warmup = None  # seconds of an untimed first pass (compiling), where there is one
     model_dir = Path(spec["model_dir"])
     start = time.perf_counter()
     if args.engine.startswith("transduce"):
@@ -92,19 +95,30 @@ def child(args) -> None:
             model = model.to(torch.bfloat16)
         use_cache = args.engine != "transduce-nocache"
         stopping = "exact" if args.engine == "transduce-exact" else "early"
+        if args.engine == "transduce-compiled":
+            from transduce.decoding.compiled import Compiled
+            model = Compiled(model)
+
+        def translate_all() -> None:
+            for batch in _batches(sources, 64):
+                width = max(len(sources[i]) for i in batch)
+                src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
+                kw = dict(max_len_a=0, max_len_b=max_len, min_len=min_len, use_cache=use_cache)
+                if k == 1:
+                    result = greedy_search(model, src, **kw)
+                else:
+                    result = [list(h[0].tokens) for h in beam_search(
+                        model, src, beam_size=k, length_penalty_alpha=alpha,
+                        length_normalization="power", stopping=stopping, **kw)]
+                for i, out in zip(batch, result, strict=True):
+                    outputs[i] = out
+
+        if args.engine == "transduce-compiled":  # compiling: a pass of its own, not timed
+            start = time.perf_counter()
+            translate_all()
+            warmup = time.perf_counter() - start
         start = time.perf_counter()
-        for batch in _batches(sources, 64):
-            width = max(len(sources[i]) for i in batch)
-            src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
-            kw = dict(max_len_a=0, max_len_b=max_len, min_len=min_len, use_cache=use_cache)
-            if k == 1:
-                result = greedy_search(model, src, **kw)
-            else:
-                result = [list(h[0].tokens) for h in beam_search(
-                    model, src, beam_size=k, length_penalty_alpha=alpha,
-                    length_normalization="power", stopping=stopping, **kw)]
-            for i, out in zip(batch, result, strict=True):
-                outputs[i] = out
+        translate_all()
     elif args.engine.startswith("hf"):
         from transformers import AutoModelForSeq2SeqLM
         model = AutoModelForSeq2SeqLM.from_pretrained(model_dir / "hf").eval()
@@ -149,7 +163,7 @@ def child(args) -> None:
     # cap: 17 tokens where ours make 16 and <eos>, in as many steps) had none
     tokens = sum(min(len(o) + 1, max_len + 1) for o in outputs)
     print(json.dumps({"seconds": seconds, "tokens": tokens, "peak_mib": peak,
-                      "outputs": outputs}))
+                      "outputs": outputs, "warmup": warmup}))
 
 
 def export(model, tokenizers, directory: Path) -> None:
@@ -200,7 +214,9 @@ def table(title: str, results_by_search: dict, n: int, compare: bool = True) -> 
             ours = results.get(COUNTERPART.get(engine, ""), {}).get("outputs")
             same = (f"{sum(a == b for a, b in zip(ours, r['outputs'], strict=True)) / n:.1%} "
                     f"({COUNTERPART[engine]})" if ours and compare else "-")
-            print(f"| {engine} | {search} | {r['tokens'] / r['seconds']:,.0f} | "
+            name = engine + (f" (after a {r['warmup']:.0f} s first pass)" if r.get("warmup")
+                             else "")
+            print(f"| {name} | {search} | {r['tokens'] / r['seconds']:,.0f} | "
                   f"{n / r['seconds']:,.1f} | {r['peak_mib']:,.0f} MiB | {same} |", flush=True)
 
 

@@ -72,7 +72,7 @@ def serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms, batching=not args.no_batching,
         api_keys=read_api_keys(args.api_keys) if args.api_keys else frozenset(),
         rate_limit=limit, rate_window=window, timeout=args.timeout, threads=args.threads,
-        workers=args.workers, device=args.device, dtype=args.dtype)
+        workers=args.workers, device=args.device, dtype=args.dtype, compile=args.compile)
     specs = [ModelSpec.parse(m) for m in args.model]
     log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
     # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
@@ -81,7 +81,8 @@ def serve(args: argparse.Namespace) -> int:
     serving = dict(host=args.host, port=args.port, log_level="info",
                    timeout_graceful_shutdown=None)
     if settings.workers == 1:
-        models = load_models(specs, device=args.device, dtype=args.dtype)
+        models = load_models(specs, device=args.device, dtype=args.dtype,
+                             compile=args.compile)
         uvicorn.run(create_app(models, settings), **serving)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)

@@ -180,3 +180,15 @@ def test_several_workers_answer_as_one_and_stop_on_sigterm(server, run_dir, tmp_
     assert [r.json()["translatedText"] for r in responses] == expected
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == 0
+
+
+def test_serve_dtype_int8_batches_requests_as_translate_dtype_int8(server, run_dir, tmp_path):
+    # per-row activation scales: a line's translation is the same whatever it is batched with
+    lines = [num2words(n) for n in range(3, 1000, 41)]
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(run_dir), "--dtype", "int8", "--max-tokens", "16",
+                 "-i", str(source), "-o", str(output)]) == 0
+    _, url = server("--dtype", "int8", "--batch-wait-ms", "20")
+    responses = asyncio.run(_one_request_per_line(url, lines))
+    assert [r.json()["translatedText"] for r in responses] == output.read_text().splitlines()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from transduce.decoding.compiled import Compiled, StaticSteps
 from transduce.decoding.steps import DecoderSteps
 from transduce.errors import UserError
 from transduce.model.config import ModelConfig
@@ -69,7 +70,7 @@ class EnsembleSteps:
     """`DecoderSteps` over an ensemble's members, each with its own encoder output and cache."""
 
     def __init__(self, ensemble: Ensemble, src: Tensor, *, use_cache: bool = True) -> None:
-        self.members = [DecoderSteps(m, src, use_cache=use_cache) for m in ensemble.members]
+        self.members = [decoder_steps(m, src, use_cache=use_cache) for m in ensemble.members]
         self._log_n = math.log(len(self.members))
 
     @property
@@ -110,7 +111,12 @@ class EnsembleSteps:
 
 def decoder_steps(model: Transformer | Ensemble, src: Tensor, *,
                   use_cache: bool = True) -> DecoderSteps | EnsembleSteps:
-    """The step-by-step decoder of a model or of an ensemble."""
+    """The step-by-step decoder of a model, of a compiled one (without the cache: the eager
+    steps, for checking) or of an ensemble."""
     if isinstance(model, Ensemble):
         return EnsembleSteps(model, src, use_cache=use_cache)
+    if isinstance(model, Compiled):
+        if use_cache:
+            return StaticSteps(model.model, src)
+        model = model.model
     return DecoderSteps(model, src, use_cache=use_cache)

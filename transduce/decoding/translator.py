@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis
+from transduce.decoding.compiled import Compiled
 from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.search import Sampling, search
 from transduce.errors import UserError
@@ -53,7 +54,7 @@ class Translator:
     @classmethod
     def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
              checkpoint: str | Path | Sequence[str | Path] | None = None,
-             dtype: str = "float32") -> Translator:
+             dtype: str = "float32", compile: bool = False) -> Translator:
         """The model of a run directory: its averaged checkpoint if any, else its best.
 
         Several run directories: an ensemble of their models, which must share one tokenizer;
@@ -68,6 +69,9 @@ class Translator:
         fly (`transduce.kernels.int8`), the rest in float32; its weights come from the
         checkpoint's int8 copy, made and saved beside it on first use (`transduce.runs.int8`).
         Faster where the matrix products dominate (docs/speed.md); a few translations differ.
+
+        compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`): the
+        same translations with less overhead per step; the first searches compile (15-60 s).
         """
         runtime.tune()
         if dtype not in DTYPES:
@@ -93,7 +97,7 @@ class Translator:
             if run.tokenizers.fingerprint != tokenizers.fingerprint:
                 raise UserError(f"{d}: its tokenizer is not {dirs[0]}'s; the models of an "
                                 "ensemble need one vocabulary")
-        models = [run.model for run in runs]
+        models = [Compiled(run.model) if compile else run.model for run in runs]
         model = models[0] if len(models) == 1 else Ensemble(models)
         if dtype == "bfloat16" and not native_bf16(device):
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "

@@ -68,12 +68,12 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], ModelSpec]:
 
 
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
-                dtype: str = "float32") -> list[ServedModel]:
+                dtype: str = "float32", compile: bool = False) -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair."""
     models = []
     for pair, spec in check_specs(specs).items():
-        translator = Translator.load(spec.run_dir, device=device, dtype=dtype)
+        translator = Translator.load(spec.run_dir, device=device, dtype=dtype, compile=compile)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models

@@ -29,6 +29,7 @@ class ServeSettings:
     workers: int = 1  # server processes, each with its own copy of the models
     device: str = "auto"
     dtype: str = "float32"
+    compile: bool = False  # search steps compiled by torch.compile (transduce.decoding.compiled)
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers"):

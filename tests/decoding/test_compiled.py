@@ -1,0 +1,80 @@
+"""The compiled decoder step (`--compile`): the same tokens as the eager search, greedy and beam,
+with finished sentences leaving the batch; beam 1 is greedy and a sentence alone is translated as
+in a batch on that path too. Compiling takes a while (Inductor, C++): one module, one model."""
+
+import pytest
+import torch
+
+from transduce.cli import main
+from transduce.decoding.beam import beam_search
+from transduce.decoding.compiled import Compiled, cross_keys_values
+from transduce.decoding.greedy import greedy_search
+from transduce.decoding.translator import Translator
+
+from ..conftest import random_tokens, small_model
+from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(3)
+    return small_model().eval()
+
+
+@pytest.fixture(scope="module")
+def src():
+    torch.manual_seed(4)
+    src = random_tokens(7, 9)
+    src[1, 5:] = src[4, 3:] = 1  # padding
+    return src
+
+
+LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
+
+
+def test_the_cross_attention_of_all_layers_at_once_is_each_layers(model, src):
+    memory = model.encode(src)
+    keys, values = cross_keys_values(model, memory)
+    d = memory.shape[-1]
+    for i, layer in enumerate(model.decoder.layers):
+        kv = layer.cross_attn.in_proj(memory, slice(d, None))
+        k, v = layer.cross_attn._heads(kv, 2)
+        assert torch.allclose(keys[:, i], k, atol=1e-6)
+        assert torch.allclose(values[:, i], v, atol=1e-6)
+
+
+def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
+    eager = greedy_search(model, src, **LIMITS)
+    assert len({len(t) for t in eager}) > 1  # sentences finished at different steps
+    assert greedy_search(Compiled(model), src, **LIMITS) == eager
+    beam_one = beam_search(Compiled(model), src, beam_size=1, **LIMITS)
+    assert [list(h[0].tokens) for h in beam_one] == eager
+
+
+def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
+    eager = beam_search(model, src, beam_size=3, nbest=2, **LIMITS)
+    compiled = beam_search(Compiled(model), src, beam_size=3, nbest=2, **LIMITS)
+    assert [[h.tokens for h in hyps] for hyps in compiled] == [
+        [h.tokens for h in hyps] for hyps in eager]
+    for a, b in zip(compiled, eager, strict=True):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_a_sentence_alone_is_translated_as_in_the_batch(model, src):
+    together = beam_search(Compiled(model), src, beam_size=3, **LIMITS)
+    for i in (0, 4):
+        width = int((src[i] != 1).sum())
+        [alone] = beam_search(Compiled(model), src[i: i + 1, :width], beam_size=3, **LIMITS)
+        assert alone[0].tokens == together[i][0].tokens
+
+
+def test_translate_compile_gives_the_translations_of_translate(run_dir, tmp_path):  # noqa: F811
+    sentences = ["seven", "forty-two", "one hundred and two"]
+    eager = Translator.load(run_dir).translate(sentences, beam_size=2)
+    compiled = Translator.load(run_dir, compile=True)
+    assert isinstance(compiled.model, Compiled)
+    assert compiled.translate(sentences, beam_size=2) == eager
+    (tmp_path / "src").write_text("\n".join(sentences) + "\n")
+    assert main(["translate", "--model", str(run_dir), "--compile", "--beam", "2",
+                 "-i", str(tmp_path / "src"), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out").read_text().splitlines() == eager
