@@ -1,6 +1,7 @@
 """The documentation site builds with `mkdocs build --strict` (a broken link, a missing page or an
 API reference that does not resolve fails it), and its API reference is read from the source."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -23,3 +24,31 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     pages = {p.parent.name for p in (tmp_path / "site").glob("*/index.html")}
     nav = {p.stem for p in (ROOT / "docs").glob("*.md")} - {"index"}
     assert nav <= pages, f"pages not in the site: {sorted(nav - pages)}"
+
+
+def test_the_configuration_reference_has_every_key_with_its_comment(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    try:
+        import config_reference
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "hooks"))
+    from transduce.config import _FROM_TOKENIZER
+    from transduce.data.config import DataConfig
+    from transduce.decoding.config import DecodeConfig
+    from transduce.model.config import ModelConfig
+    from transduce.training.config import TrainConfig
+
+    page = config_reference.page()
+    for section, cls in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
+                         ("decode", DecodeConfig)):
+        comments = config_reference.field_comments(cls)
+        for f in dataclasses.fields(cls):
+            if section == "model" and f.name in _FROM_TOKENIZER:
+                continue
+            assert f"`{section}.{f.name}`" in page, f"{section}.{f.name}"
+            assert comments.get(f.name), f"{section}.{f.name} has no comment in the source"
+            assert comments[f.name].replace("|", "\\|") in page
+    # a comment continued on the lines below its field is read whole
+    assert "1.0 Xavier per matrix" in config_reference.field_comments(ModelConfig)[
+        "qkv_init_gain"]
