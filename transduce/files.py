@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from transduce.errors import UserError
@@ -36,14 +37,24 @@ def make_public(path: Path) -> None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace the file at `path` with `text` whole: a kill leaves the old or the new one."""
+    replace_atomically(path, lambda tmp: tmp.write_text(text))
+
+
+def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Replace the file at `path` with what `write(tmp)` writes to a temporary file beside it,
+    whole: a kill leaves the old file or the new one, never a part."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    make_public(tmp)
-    os.replace(tmp, path)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        make_public(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     fsync_dir(path.parent)
 
 

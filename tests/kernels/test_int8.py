@@ -3,6 +3,7 @@ quantized checkpoint made once and read back to the same model."""
 
 import errno
 import os
+import tempfile
 
 import pytest
 import torch
@@ -110,7 +111,7 @@ def test_a_read_only_directory_quantizes_in_memory(tmp_path, caplog, monkeypatch
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr(int8_runs.tempfile, "mkstemp", read_only)  # as root chmod would not do
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)  # as root chmod would not do
     model = int8_runs.load_int8(small_model().eval(), weights)
     assert is_int8(model) and not (tmp_path / "model.int8.safetensors").exists()
     assert "quantized in memory" in caplog.text

@@ -93,16 +93,27 @@ def test_projected_loss_equals_projecting_then_torch_cross_entropy(eps, reductio
     assert (g_ours[0][0, 3:] == 0).all()  # padding positions get no gradient
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["fused", "reference"])
-def test_projected_loss_with_a_bias_equals_the_biased_output_layer(fast, chunking, monkeypatch):
+@pytest.fixture(params=[True, False], ids=["fused", "reference"])
+def kernel_path(request, monkeypatch):
+    """The fused kernel, or the plain PyTorch reference path (TRANSDUCE_KERNELS=reference)."""
     from transduce import kernels
 
-    monkeypatch.setattr(kernels, "fast", lambda: fast)
-    hidden = torch.randn(4, 7, 16, dtype=torch.float64, requires_grad=True)
+    monkeypatch.setattr(kernels, "fast", lambda: request.param)
+
+
+def _biased_projection(rows: int, target_rows: int, length: int):
+    """float64 hidden states (rows, length, 16), output weights and bias over 50 tokens, and
+    targets (target_rows, length) with padding in the second row."""
+    hidden = torch.randn(rows, length, 16, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(50, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(0, 50, (4, 7))
+    target = torch.randint(0, 50, (target_rows, length))
     target[1, 2:] = PAD
+    return hidden, weight, bias, target
+
+
+def test_projected_loss_with_a_bias_equals_the_biased_output_layer(kernel_path, chunking):
+    hidden, weight, bias, target = _biased_projection(4, 4, 7)
     ours = projected_label_smoothed_cross_entropy(hidden, weight, target, epsilon=0.1,
                                                   ignore_index=PAD, bias=bias)
     g_ours = torch.autograd.grad(ours * 3.0, (hidden, weight, bias))
@@ -180,16 +191,8 @@ def test_r_drop_loss_is_both_passes_cross_entropy_plus_alpha_times_half_kl(alpha
     assert (g_ours[0][0, 3:] == 0).all() and (g_ours[0][3, 3:] == 0).all()  # padding
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["fused", "reference"])
-def test_r_drop_loss_with_a_bias_equals_the_biased_output_layers(fast, chunking, monkeypatch):
-    from transduce import kernels
-
-    monkeypatch.setattr(kernels, "fast", lambda: fast)
-    hidden = torch.randn(4, 5, 16, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
-    bias = torch.randn(50, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(0, 50, (2, 5))
-    target[1, 2:] = PAD
+def test_r_drop_loss_with_a_bias_equals_the_biased_output_layers(kernel_path, chunking):
+    hidden, weight, bias, target = _biased_projection(4, 2, 5)
     ours = r_drop_loss(hidden, weight, target.repeat(2, 1), alpha=5.0, ignore_index=PAD,
                        bias=bias)
     g_ours = torch.autograd.grad(ours, (hidden, weight, bias))

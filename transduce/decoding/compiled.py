@@ -60,21 +60,21 @@ class StaticSteps(DecoderSteps):
         super().__init__(model, src, use_cache=False)
         self.cross_k, self.cross_v = cross_keys_values(model, self.memory)
         self.self_k: Tensor | None = None  # (capacity rows, L, H, length, Dh), rows [0, n) used
-        self.self_v: Tensor | None = None
+        self.self_v: Tensor | None = None  # both made by the first step
         self._spare: tuple[Tensor, Tensor] | None = None  # for reordering into
+        self.max_length = model.config.max_positions  # unless the search limits it
         self.position = 0  # of the next step's input token
 
     def limit(self, max_length: int) -> None:
-        config, rows = self.model.config, len(self.inputs)
-        heads = self.model.decoder.layers[0].self_attn.n_heads
-        shape = (rows, config.n_decoder_layers, heads, max_length, config.d_model // heads)
-        self.self_k = self.memory.new_zeros(shape)
-        self.self_v = self.memory.new_zeros(shape)
+        self.max_length = max_length
 
     def _decode(self) -> Tensor:
-        if self.self_k is None:
-            self.limit(self.model.config.max_positions)
         n = len(self.inputs)
+        if self.self_k is None:  # the first step: as many rows as the search starts with
+            config = self.model.config
+            heads = self.model.decoder.layers[0].self_attn.n_heads
+            shape = (n, config.n_decoder_layers, heads, self.max_length, config.d_model // heads)
+            self.self_k, self.self_v = self.memory.new_zeros(shape), self.memory.new_zeros(shape)
         logits = compiled_step()(
             self.model, self.inputs[:, -1], torch.tensor(self.position, device=self.inputs.device),
             self.cross_k, self.cross_v, self.src_mask, self.self_k[:n], self.self_v[:n],
@@ -96,9 +96,7 @@ class StaticSteps(DecoderSteps):
     def reorder_beams(self, rows: Tensor) -> None:
         n, filled = len(self.inputs), self.position
         self.inputs = self.inputs.index_select(0, rows)
-        if self.self_k is None or not filled:
-            if self.self_k is not None and len(rows) > len(self.self_k):
-                self.limit(self.self_k.shape[3])  # the first split: k rows per source
+        if self.self_k is None:  # nothing decoded yet
             return
         moved = moved_rows(rows) if len(rows) <= n else None
         if moved is not None:  # few rows change: in place

@@ -12,8 +12,6 @@ written (a read-only image), the model is quantized in memory each time instead.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -21,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from transduce.errors import UserError
-from transduce.files import make_public
+from transduce.files import replace_atomically
 from transduce.kernels.int8 import quantize_linear_layers
 from transduce.runs import checkpoint as ckpt
 
@@ -75,12 +73,5 @@ def _made_from(copy: Path) -> str | None:
 
 def _save(model: torch.nn.Module, path: Path, source: str) -> None:
     """Write the int8 model's tensors to `path` whole or not at all."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        save_file(ckpt.model_state(model), tmp, metadata={"made_from": source})
-        make_public(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    replace_atomically(path, lambda tmp: save_file(ckpt.model_state(model), str(tmp),
+                                                   metadata={"made_from": source}))
