@@ -37,7 +37,7 @@ def _keep_freed_memory_once() -> bool:
 
 def use_huge_pages() -> None:
     """Back PyTorch's large CPU tensors with transparent huge pages: a fraction of the page
-    faults (a training step of the `tiny` model ran about 20% faster on 2 cores). PyTorch reads
+    faults (a faster training step: docs/speed.md). PyTorch reads
     THP_MEM_ALLOC_ENABLE at its first CPU allocation: after it, this changes nothing."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
@@ -45,10 +45,10 @@ def use_huge_pages() -> None:
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the kernel:
     blocks up to 32 MiB come from the heap rather than from a fresh mapping each, and the heap is
-    trimmed only past 1 GiB free. Beam search (`tiny`, beam 5, 2 cores) ran 1.2x faster, its
-    minor page faults going from about 800,000 to none, its system time from 2.9 s to 0.1 s.
-    The price: a process stays at its peak memory. Skipped where the allocator is not glibc's or
-    MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ are set; returns whether it applied."""
+    trimmed only past 1 GiB free. Search then takes no page faults for its per-step tensors, and
+    runs faster (docs/speed.md). The price: a process stays at its peak memory. Skipped where the
+    allocator is not glibc's or MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ are set; returns
+    whether it applied."""
     if os.environ.keys() & {"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"}:
         return False
     try:
@@ -64,8 +64,7 @@ def keep_freed_memory() -> bool:
 def native_bf16(device) -> bool:
     """Whether `device` (a torch.device) multiplies bf16 matrices in hardware: a GPU that supports
     bf16, or a CPU with AVX512-BF16 or AMX. Elsewhere PyTorch emulates bf16, so bf16 is slower
-    than fp32, not faster (`tiny` on a 2-core AVX2 CPU: training under autocast 244 target
-    tokens/s against 4,312 in fp32, benchmarks/train_step.py; beam search 3.3x slower)."""
+    than fp32, not faster: many times slower for training and search (docs/speed.md)."""
     import torch  # here, not above: tune() needs nothing of torch
 
     if device.type == "cuda":

@@ -10,7 +10,8 @@ lp(n) = ((5 + n) / 6)^alpha; the k best others continue. A sentence is done once
   sooner);
 - stopping="exact" compares the best score a live beam could still reach (its log-probability
   can only fall, while lp grows with length up to the sentence's maximum), so the result is
-  provably the best under the length penalty, at a cost (Multi30k: 2.6x the rows, 1.9x the time).
+  provably the best under the length penalty, at a cost: more rows searched for longer, about
+  twice the time on Multi30k (docs/translating.md).
 Either way the best finished hypothesis is returned, whatever its length or when it finished,
 never simply the first to finish; done sentences leave the decoder's batch.
 """

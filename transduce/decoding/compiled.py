@@ -10,11 +10,11 @@ dimension). The cross-attention keys and values of all layers are computed in on
 before the first step. Inductor's C++ wrapper calls the kernels, not Python.
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step
-costs (an interactive request: `tiny` greedy and beam steps 2-2.5x faster); at 64 sentences and
+costs (an interactive request); at 64 sentences and
 more the matrix products dominate, and attending over the whole preallocated length and
 reordering whole buffers cost what they save (greedy a little faster, beam 5 slower; see
-benchmarks/compiled_step.py and docs/speed.md). Compiling takes 20-60 s on a 2-core CPU for
-each kind of search the first time a process runs it, so it is opt-in: `--compile`,
+benchmarks/compiled_step.py and docs/speed.md). Compiling takes tens of seconds for each kind
+of search the first time a process runs it, so it is opt-in: `--compile`,
 `Translator.load(..., compile=True)`. The tokens are those of the eager
 search, up to float rounding (another order of summation); the tests check they are identical.
 """

@@ -56,8 +56,8 @@ class DecoderSteps:
     def _decode(self) -> Tensor:
         """The newest position's logits (rows, V). Where the output layer can write them into
         one, into a buffer kept from step to step (so a step's results are valid until the next
-        step): fresh memory every step, 44 MB at beam 5 over the 273 sentences of a default
-        batch, costs page faults; the projection and log-softmax took 1.8x as long."""
+        step): fresh memory every step, tens of MB for a beam search's batch, costs page
+        faults that slow the projection and log-softmax (docs/speed.md)."""
         out = None
         if self.memory.dtype == torch.float32 and writes_into(getattr(self.model, "output", None)):
             rows, vocab = len(self.inputs), self.model.config.tgt_vocab_size

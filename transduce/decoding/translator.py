@@ -63,8 +63,8 @@ class Translator:
 
         dtype: "float32", or "bfloat16" / "float16" to decode with the weights and activations
         in 16 bits: faster where the hardware multiplies them natively (GPUs, CPUs with
-        AVX512-BF16 or AMX) and the matrices are large enough (1.5-1.6x for `base` on a 2-core
-        AVX512-BF16 CPU, nothing for `tiny`); a few translations may differ from float32.
+        AVX512-BF16 or AMX) and the matrices are large enough (`base`, not `tiny`:
+        docs/speed.md); a few translations may differ from float32.
         "int8" (CPU only): the linear layers in int8 with activations quantized per row on the
         fly (`transduce.kernels.int8`), the rest in float32; its weights come from the
         checkpoint's int8 copy, made and saved beside it on first use (`transduce.runs.int8`).

@@ -17,8 +17,7 @@ def fused_attention_pays(q: Tensor, dropout: float) -> bool:
     """Whether to attend with `fused_attention`. Not for a decoding step's few queries with no
     gradient due (one, or one per beam of a source attending to its encoder output together):
     there the fused kernel's set-up costs more than the work, and two plain matrix products win
-    (a single query: 2x on a CPU, `tiny`, beam search; beam 5's five queries per source: beam
-    search over 64 sentences 1.17x faster for `tiny`, 1.06x for `base`, on a 2-core EPYC)."""
+    (a single query, and beam 5's five queries per source; docs/speed.md)."""
     if not kernels.fast():
         return False
     return not (q.shape[2] <= FEW_QUERIES and not (q.requires_grad and torch.is_grad_enabled())
@@ -29,8 +28,8 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                     causal: bool = False, dropout: float = 0.0) -> Tensor:
     """softmax(Q K^T / sqrt(Dh)) V: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask True = may
     attend; `causal` only without a mask and with as many queries as keys. PyTorch's CPU kernel
-    runs its backward pass 2-3.5x slower in bf16/fp16 than in fp32 (benchmarks/train_step.py
-    profile, 2 cores), so training under autocast attends in fp32 there."""
+    runs its backward pass slower in bf16/fp16 than in fp32 (docs/speed.md), so training under
+    autocast attends in fp32 there."""
     if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
             and q.requires_grad and torch.is_grad_enabled()):
         with torch.autocast("cpu", enabled=False):

@@ -1,9 +1,9 @@
 """Dropout with a fast CPU path.
 
-On CPU, PyTorch draws the dropout mask one Bernoulli sample at a time, and that alone took about a
-fifth of a training step of the `tiny` model (profiled on 2 cores). Here one 64-bit random draw
-gives four 15-bit uniform numbers, each compared with p: the same Bernoulli(1 - p) keep mask up to
-a quantisation of p to 1/32768, about 8x faster. Other devices, and the reference paths
+On CPU, PyTorch draws the dropout mask one Bernoulli sample at a time, a large share of a
+training step of the `tiny` model. Here one 64-bit random draw gives four 15-bit uniform
+numbers, each compared with p: the same Bernoulli(1 - p) keep mask up to a quantisation of p to
+1/32768, several times faster (docs/speed.md). Other devices, and the reference paths
 (TRANSDUCE_KERNELS=reference), use PyTorch's `F.dropout`.
 The mask comes from PyTorch's default generator, so `torch.manual_seed` makes it reproducible.
 """

@@ -9,12 +9,11 @@ the sentences batched with it (batch invariance), at the cost of two small eleme
 The activations use 7 bits (0..127 around 64): CPUs without VNNI add pairs of 8-bit products in
 16 bits, which 8-bit activations could overflow (PyTorch's `reduce_range`).
 
-Quantizing the activations costs a few passes over them, more than int8 saves on a small
-matrix: on a 2-core AVX2 EPYC the int8 product of 64-320 rows with a 128 x 384 weight took
-1.4-2x as long as float32's, while those with a 512 x 2,048 or 128 x 8,000 weight ran 1.6-1.9x
-faster (docs/speed.md). So a layer with fewer than `MIN_INT8_WEIGHTS` weights multiplies in
-float32, by its int8 weights dequantized: the same weights either way, only the activations are
-then not rounded. Embeddings, LayerNorm and attention stay in float32.
+Quantizing the activations costs a few passes over them, more than int8 saves on a small matrix
+(`tiny`'s 128 x 384 q/k/v weight), while large ones (`base`'s feed-forward layers, any output
+projection) multiply faster in int8 (docs/speed.md). So a layer with fewer than `MIN_INT8_WEIGHTS`
+weights multiplies in float32, by its int8 weights dequantized: the same weights either way, only
+the activations are then not rounded. Embeddings, LayerNorm and attention stay in float32.
 
 PyTorch has deprecated the quantized tensors fbgemm's packed weights are made from (torch 2.13
 warns; transduce pins it); only `_pack` touches them.

@@ -4,7 +4,7 @@ PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 cod
 processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it: on a
 2-core AMD EPYC with AVX-512 its linear kernel was faster at every shape of the decoder, with the
 same results (equal or within float32 rounding: another order of summation). On an AMD EPYC with
-AVX2 only, oneDNN's kernel is the slower one (greedy search 1.6x slower than on MKL), and on
+AVX2 only, oneDNN's kernel is the slower one, and on
 Intel processors MKL runs its own AVX-512 code and is as fast or faster, so there `F.linear`
 stays (docs/speed.md). The oneDNN kernel has no
 backward pass, so training, and anything else that needs gradients, keeps `F.linear`; bfloat16
@@ -69,8 +69,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def row_bucket(rows: int) -> int:
-    """oneDNN builds a kernel for each input shape it meets (about 2 ms of JIT compilation) and
-    keeps it (about 0.6 MB, up to 1,024 of them); a search meets every row count from the batch
+    """oneDNN builds a kernel for each input shape it meets (JIT compilation, milliseconds) and
+    keeps it (up to 1,024 of them); a search meets every row count from the batch
     down to 1 as sentences finish. Rows are padded to a multiple of this (16, or an eighth to a
     sixteenth of their number), so that few shapes occur (40 for 1 to 2,048 rows), for at most
     15 rows or 1/8 more work."""

@@ -17,8 +17,8 @@ class KVCache:
     that is at most twice what doubling would give: never more, and no copy soon after.
     Reordering rows (`select`, every step of a beam search) copies into a second buffer kept
     from the previous reorder, and the two swap: a new buffer every step would cost page faults
-    on first touch (measured: an index_select into fresh memory took 2.5x as long, 10x with
-    transparent huge pages, which transduce enables).
+    on first touch, the more so with transparent huge pages, which transduce enables
+    (docs/speed.md).
     """
 
     def __init__(self, max_length: int | None = None) -> None:

@@ -6,12 +6,10 @@ the same optimiser step and the copies stay equal. An update of N processes with
 is the update of one process with `accumulate` N*k: the same batches, the same loss normalised by
 their target tokens together (tests/training/test_distributed.py).
 
-On one CPU it does not pay: PyTorch already spreads a step over the cores. For `tiny` on Multi30k
-on a 2-core AMD EPYC (AVX2), two processes of one thread with 2,048-token batches trained no
-faster than one process of two threads with 4,096 (6,650 against 6,693 target tokens/s,
-`python benchmarks/data_parallel.py --from-run RUN`): one thread does its half of the forward
-and backward passes in the time two threads do the whole (509 against 515 ms), and summing the
-gradients (9 MB, mostly waiting for the slower process) adds 33 ms to each update.
+On one CPU it does not pay: PyTorch already spreads a step over the cores, so one thread does
+its half of the forward and backward passes in about the time two threads do the whole, and
+summing the gradients adds to each update (docs/training.md, `python
+benchmarks/data_parallel.py --from-run RUN`).
 
 `transduce train --nproc N` starts the N processes (through `torch.distributed.run`); `torchrun
 --nproc-per-node N -m transduce train ...` does the same, and runs across machines too.
