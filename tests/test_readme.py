@@ -1,18 +1,10 @@
-"""The README's commands and examples are the ones that work."""
+"""The README's test command is CI's, and the architecture page lists every module. (Every
+command and snippet of the README runs in tests/test_doc_commands.py.)"""
 
 import re
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def test_python_examples_run(tmp_path, monkeypatch):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert blocks
-    (tmp_path / "configs").symlink_to(README.parent / "configs")
-    monkeypatch.chdir(tmp_path)  # runs/ of the examples land here
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
 
 
 def test_ci_runs_the_readme_test_command():
@@ -26,5 +18,5 @@ def test_the_architecture_page_lists_every_module():
     modules = [p.relative_to(README.parent).as_posix()
                for p in (README.parent / "transduce").rglob("*.py")
                if p.name not in ("__init__.py", "__main__.py")]
-    missing = [m for m in modules if f"    {m} " not in text]
+    missing = [m for m in modules if not re.search(rf"^{re.escape(m)} ", text, re.M)]
     assert not missing, f"docs/architecture.md misses {missing}"
