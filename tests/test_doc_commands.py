@@ -90,7 +90,8 @@ def blocks(path: Path) -> list[Block]:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             before = lines[i - 1].strip() if i else ""
             marked = _NOT_RUN.match(before)
-            found.append(Block(f"{path.relative_to(ROOT)}:{i + 1}", fence.group(1),
+            name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            found.append(Block(f"{name}:{i + 1}", fence.group(1),
                                fence.group(2).strip(), "\n".join(lines[i + 1:end]) + "\n",
                                marked.group(1) if marked else
                                page_reason.group(1) if page_reason else None))
@@ -311,3 +312,16 @@ def test_the_pages_commands_run(workspace, page):
         pytest.skip(f"{page.name}: every block is marked not run ({runnable[0].not_run})")
     failures = _run_through(workspace, page)
     assert not failures, failures[0]
+
+
+def test_the_reader_of_pages_finds_languages_titles_reasons_and_indented_code(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\n<!-- not run: needs a GPU -->\n```sh\ntransduce train x\n```\n\n"
+                    "```yaml title=\"a.yaml\"\nmodel: {}\n```\n\n    indented code\n\n"
+                    "- a list\n\n    its second paragraph\n")
+    found = blocks(page)
+    assert [(b.language, b.info, b.not_run) for b in found] == [
+        ("sh", "", "needs a GPU"), ("yaml", 'title="a.yaml"', None)]
+    assert found[1].text == "model: {}\n"
+    assert indented_code(page) == [12]  # not the list item's paragraph
+    assert _console_steps("$ a \\\n    b\nout 1\n\n$ c\n") == [("a  b", ["out 1"]), ("c", [])]
