@@ -42,6 +42,7 @@ import pytest
 import yaml
 
 from .conftest import SHARED_DATA
+from .test_docs import docs_hook
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
@@ -123,17 +124,13 @@ def indented_code(path: Path) -> list[int]:
 def pages() -> list[Path]:
     """The README, then the site's pages in the order of its navigation (mkdocs.yml), with the
     ones the build copies from benchmarks/ (docs/hooks/site_pages.py)."""
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-    try:
-        from site_pages import COPIED
-    finally:
-        sys.path.pop(0)
+    copied = docs_hook("site_pages").COPIED
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
     found = [ROOT / "README.md"]
     for entry in nav:
         (name,) = entry.values()
-        if name in COPIED:
-            found.append(ROOT / COPIED[name])
+        if name in copied:
+            found.append(ROOT / copied[name])
         elif (ROOT / "docs" / name).is_file():
             found.append(ROOT / "docs" / name)
     return found
@@ -188,24 +185,15 @@ class Workspace:
         self.pages: dict[Path, list[str]] = {}  # page -> its failures
 
     def _own_files(self) -> None:
-        from transduce.data.numbers import NumberWords
-
-        sizes = (2000, 50, 50)
         for split in ("train", "valid", "test"):
-            pairs = list(NumberWords(split=split, sizes=sizes).pairs())
-            (self.dir / f"{split}.en").write_text("".join(s + "\n" for s, _ in pairs))
-            (self.dir / f"{split}.de").write_text("".join(t + "\n" for _, t in pairs))
+            _number_words(self.dir, split, split, "de")
 
     @staticmethod
     def _stand_in_multi30k(directory: Path) -> None:
-        from transduce.data.numbers import NumberWords
-
         directory.mkdir(parents=True)
         for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
             for lang, words in (("de", "de"), ("fr", "fr"), ("cs", "de")):  # no Czech numbers
-                pairs = list(NumberWords(split=split, tgt_lang=words, sizes=(2000, 50, 50)).pairs())
-                (directory / f"{name}.en").write_text("".join(s + "\n" for s, _ in pairs))
-                (directory / f"{name}.{lang}").write_text("".join(t + "\n" for _, t in pairs))
+                _number_words(directory, split, name, words, suffix=lang)
 
     @staticmethod
     def _hub(hub: Path) -> None:
@@ -260,6 +248,17 @@ class Workspace:
                 return (f"{block.where}: `{command}` no longer prints {missing}; it printed:\n"
                         f"{done.stdout}{done.stderr}")
         return None
+
+
+def _number_words(directory: Path, split: str, name: str, tgt_lang: str, *,
+                  suffix: str | None = None) -> None:
+    """NAME.en and NAME.SUFFIX (by default the target language): a split of the number-words
+    corpus, 2,000 training pairs, 50 validation and 50 test ones."""
+    from transduce.data.numbers import NumberWords
+
+    pairs = list(NumberWords(split=split, tgt_lang=tgt_lang, sizes=(2000, 50, 50)).pairs())
+    (directory / f"{name}.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (directory / f"{name}.{suffix or tgt_lang}").write_text("".join(t + "\n" for _, t in pairs))
 
 
 def _console_steps(text: str) -> list[tuple[str, list[str]]]:

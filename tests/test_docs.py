@@ -2,6 +2,7 @@
 API reference that does not resolve fails it), and its API reference is read from the source."""
 
 import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def docs_hook(name: str):
+    """The module of docs/hooks/NAME.py, as MkDocs loads it."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
@@ -29,11 +38,7 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
 
 def test_the_configuration_reference_has_every_key_with_its_comment(tmp_path):
     pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
-    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-    try:
-        import config_reference
-    finally:
-        sys.path.remove(str(ROOT / "docs" / "hooks"))
+    config_reference = docs_hook("config_reference")
     from transduce.config import _FROM_TOKENIZER
     from transduce.data.config import DataConfig
     from transduce.decoding.config import DecodeConfig

@@ -71,7 +71,7 @@ class Translator:
         Faster where the matrix products dominate (docs/speed.md); a few translations differ.
 
         compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`): the
-        same translations with less overhead per step; the first searches compile (15-60 s).
+        same translations with less overhead per step; the first searches compile (tens of seconds).
         """
         runtime.tune()
         if dtype not in DTYPES:

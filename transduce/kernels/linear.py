@@ -4,10 +4,9 @@ PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 cod
 processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it: on a
 2-core AMD EPYC with AVX-512 its linear kernel was faster at every shape of the decoder, with the
 same results (equal or within float32 rounding: another order of summation). On an AMD EPYC with
-AVX2 only, oneDNN's kernel is the slower one, and on
-Intel processors MKL runs its own AVX-512 code and is as fast or faster, so there `F.linear`
-stays (docs/speed.md). The oneDNN kernel has no
-backward pass, so training, and anything else that needs gradients, keeps `F.linear`; bfloat16
+AVX2 only, oneDNN's kernel is the slower one, and on Intel processors MKL runs its own AVX-512
+code and is as fast or faster, so there `F.linear` stays (docs/speed.md). The oneDNN kernel has
+no backward pass, so training, and anything else that needs gradients, keeps `F.linear`; bfloat16
 and float16 already reach oneDNN through it.
 """
 
