@@ -195,3 +195,39 @@ def test_the_command_imports_and_an_unreachable_hub_is_one_line(opus, tmp_path):
     assert hub.returncode == 2
     assert hub.stderr.count("\n") == 1 and "pass its path" in hub.stderr
     assert "Traceback" not in hub.stderr
+
+
+@pytest.mark.parametrize("fault, named", [
+    ("no source.spm", "source.spm"),
+    ("no vocab.json", "vocab.json"),
+    ("no weights", "no weights"),
+    ("a BART config.json", "config.json"),
+    ("config.json not JSON", "config.json"),
+    ("truncated weights", "model.safetensors"),
+    ("weights not a weight file", "model.safetensors"),
+])
+def test_a_damaged_directory_is_one_line_naming_the_file(opus, tmp_path, fault, named):
+    import shutil
+
+    directory = tmp_path / "damaged"
+    shutil.copytree(opus[0], directory)
+    config, weights = directory / "config.json", directory / "model.safetensors"
+    if fault.startswith("no "):
+        for name in {"source.spm": ["source.spm"], "vocab.json": ["vocab.json"],
+                     "weights": ["model.safetensors"]}[fault[3:]]:
+            (directory / name).unlink()
+    elif fault == "a BART config.json":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "bart"}))
+    elif fault == "config.json not JSON":
+        config.write_text('{"model_type": "marian",')
+    elif fault == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        weights.write_text("not a weight file")
+    done = subprocess.run([sys.executable, "-m", "transduce", "import", "marian", str(directory),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and named in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -107,8 +107,9 @@ def _read_model(directory: Path):
     if raw.get("model_type") != "marian":
         raise UserError(f"{path}: model_type is {raw.get('model_type')!r}, not 'marian'")
     _check_supported(raw, path)
-    if not any((directory / name).is_file() for name in ("model.safetensors",
-                                                          "pytorch_model.bin")):
+    weights = next((directory / name for name in ("model.safetensors", "pytorch_model.bin")
+                    if (directory / name).is_file()), None)
+    if weights is None:
         raise UserError(f"{directory}: no weights (model.safetensors or pytorch_model.bin)")
     try:
         from transformers import MarianMTModel
@@ -117,9 +118,9 @@ def _read_model(directory: Path):
                         "'transduce[export]'") from None
     try:
         hf = MarianMTModel.from_pretrained(str(directory), dtype=torch.float32).eval()
-    except Exception as error:
-        raise UserError(f"{directory}: transformers cannot load this model "
-                        f"({str(error).strip().splitlines()[0]})") from None
+    except Exception as error:  # the configuration was read above: the weights are at fault
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{weights}: transformers cannot load these weights ({reason})") from None
     return raw, hf
 
 
