@@ -58,3 +58,16 @@ def test_row_buckets_are_few_and_waste_at_most_an_eighth():
     padded = {n: n + (-n % module.row_bucket(n)) for n in range(1, 2049)}
     assert len(set(padded.values())) <= 80  # 2,048 row counts, few kernels
     assert all(p - n <= max(15, n // 8) for n, p in padded.items())
+
+
+@pytest.mark.parametrize("features", [100, module.BLOCKED_FROM + 5])  # one product; blocks
+@pytest.mark.parametrize("bias", [True, False])
+def test_written_into_a_buffer_equals_f_linear(features, bias):
+    layer = Linear(16, features, bias=bias)
+    x = torch.randn(7, 16)
+    out = torch.full((9, features), float("nan"))[:7]  # a view of a larger buffer, as a search's
+    with torch.no_grad():
+        result = layer(x, out=out)
+        expected = F.linear(x, layer.weight, layer.bias)
+    assert result.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(result, expected, rtol=1e-6, atol=1e-6)
