@@ -9,7 +9,10 @@ and with the exhaustive one (ours "exact", generate()'s early_stopping="never");
 bfloat16, int8 (`--dtype int8`) and compiled (`--compile`: its first pass, which compiles,
 is not timed; its seconds are shown).
 Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
-64: the numbers of the issue's orientation table. Every engine makes 17 decoder steps per
+64: the numbers of the issue's orientation table. The `opus-mt` shape is a random Hugging Face
+`MarianMTModel` at Helsinki-NLP/opus-mt-en-de's real configuration (d_model 512, 6+6 layers,
+swish, vocabulary 58,101) imported with `transduce import marian`: `generate()` runs the
+original, CTranslate2 our export of the import. Every engine makes 17 decoder steps per
 output there: ours 16 tokens and <eos>; Hugging Face's and CTranslate2's 17 tokens, their
 length cap, with no <eos>. Target tokens/s count decoder steps (tokens and the <eos> that ends
 an output where there is one), so the same work counts the same (until 2026-11-23 a phantom
@@ -21,6 +24,7 @@ Intel CPU) and with oneDNN's (CT2_USE_MKL=0), since which is faster depends on t
 
     python benchmarks/decode_speed.py                       # both parts
     python benchmarks/decode_speed.py --part 2 --shapes tiny
+    python benchmarks/decode_speed.py --part 2 --shapes opus-mt --engines transduce hf ct2-fp32
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def child(args) -> None:
     outputs: list = [None] * len(sources)
     warmup = None  # seconds of an untimed first pass (compiling), where there is one
     model_dir = Path(spec["model_dir"])
+    pad, bos, eos = spec["pad"], spec["bos"], spec["eos"]
     start = time.perf_counter()
     if args.engine.startswith("transduce"):
         from transduce import runtime
@@ -102,7 +107,8 @@ def child(args) -> None:
         def translate_all() -> None:
             for batch in _batches(sources, 64):
                 width = max(len(sources[i]) for i in batch)
-                src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
+                src = torch.tensor([sources[i] + [pad] * (width - len(sources[i]))
+                                    for i in batch])
                 kw = dict(max_len_a=0, max_len_b=max_len, min_len=min_len, use_cache=use_cache)
                 if k == 1:
                     result = greedy_search(model, src, **kw)
@@ -121,21 +127,21 @@ def child(args) -> None:
         translate_all()
     elif args.engine.startswith("hf"):
         from transformers import AutoModelForSeq2SeqLM
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir / "hf").eval()
+        model = AutoModelForSeq2SeqLM.from_pretrained(spec["hf_dir"]).eval()
         start = time.perf_counter()
         for batch in _batches(sources, 64):
             width = max(len(sources[i]) for i in batch)
-            src = torch.tensor([sources[i] + [1] * (width - len(sources[i])) for i in batch])
+            src = torch.tensor([sources[i] + [pad] * (width - len(sources[i])) for i in batch])
             with torch.no_grad():
                 generated = model.generate(
-                    input_ids=src, attention_mask=(src != 1).long(), num_beams=k,
+                    input_ids=src, attention_mask=(src != pad).long(), num_beams=k,
                     do_sample=False, max_new_tokens=max_len + 1, min_new_tokens=min_len + 1
                     if forced else 1, length_penalty=alpha,
                     early_stopping="never" if args.engine == "hf-never" else False,
-                    suppress_tokens=[1, 2], decoder_start_token_id=2, eos_token_id=3,
-                    pad_token_id=1)
+                    suppress_tokens=sorted({pad, bos}), decoder_start_token_id=bos,
+                    eos_token_id=eos, pad_token_id=pad)
             for i, row in zip(batch, generated.tolist(), strict=True):
-                outputs[i] = [t for t in row[1:] if t not in (1, 3)]
+                outputs[i] = [t for t in row[1:] if t not in (pad, eos)]
     else:
         if args.engine.endswith("-onednn"):
             # CTranslate2's matrix products on oneDNN instead of MKL: on a 2-core Xeon MKL's
@@ -186,12 +192,32 @@ def export(model, tokenizers, directory: Path) -> None:
     (directory / "pieces.json").write_text(json.dumps(pieces))
 
 
+def opus_mt(tmp: Path):
+    """A random MarianMTModel at opus-mt-en-de's configuration, saved as the hub has it, and
+    our import of it: (model, tokenizers, the original's directory)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.importers.opus_mt import make_opus_mt
+    from transduce.importers.marian import import_marian
+    from transduce.runs.load import load_run
+
+    original = make_opus_mt(tmp / "opus-mt-original", d_model=512, layers=6, heads=8, d_ff=2048,
+                            vocab_size=58101)
+    run = load_run(import_marian(original, tmp / "opus-mt-run"))
+    return run.model.eval(), run.tokenizers, original
+
+
 def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
-                alpha: float, engines, threads: int) -> dict:
+                alpha: float, engines, threads: int, hf_dir: Path | None = None) -> dict:
+    """`sources` end with the model's <eos>; `hf_dir`: the model generate() runs, if not our
+    export of it."""
+    config = json.loads((directory / "model.json").read_text())
     spec = directory / f"spec-{beam}-{forced}.json"
     spec.write_text(json.dumps({"sources": sources, "beam": beam, "forced": forced,
                                 "max_len": max_len, "alpha": alpha,
-                                "model_dir": str(directory)}))
+                                "model_dir": str(directory),
+                                "hf_dir": str(hf_dir or directory / "hf"),
+                                "pad": config["pad_id"], "bos": config["bos_id"],
+                                "eos": config["eos_id"]}))
     results = {}
     for engine in engines:
         if beam == 1 and engine in EXHAUSTIVE:
@@ -260,15 +286,22 @@ def main() -> None:
         if 2 in args.part:
             for shape in args.shapes:
                 torch.manual_seed(0)
-                model = Transformer(ModelConfig.preset(shape, src_vocab_size=8000,
-                                                       tgt_vocab_size=8000)).eval()
-                export(model, tokenizers, Path(tmp) / shape)
+                hf_dir = None
                 subset = sources if shape == "tiny" else sources[:512]
+                if shape == "opus-mt":
+                    model, shape_tokenizers, hf_dir = opus_mt(Path(tmp))
+                    # the same lengths; ids clear of Marian's specials (</s> 0, <unk> 1)
+                    subset = [[t + 4 for t in s[:-1]] + [model.config.eos_id] for s in subset]
+                else:
+                    model = Transformer(ModelConfig.preset(shape, src_vocab_size=8000,
+                                                           tgt_vocab_size=8000)).eval()
+                    shape_tokenizers = tokenizers
+                export(model, shape_tokenizers, Path(tmp) / shape)
                 results = {f"beam {k}" if k > 1 else "greedy": run_engines(
                     Path(tmp) / shape, subset, beam=k, forced=True, max_len=16,
                     alpha=1.0, engines=[e for e in args.engines if e not in EXHAUSTIVE
                                         and (shape == "tiny" or e != "transduce-nocache")],
-                    threads=args.threads) for k in (1, 5)}
+                    threads=args.threads, hf_dir=hf_dir) for k in (1, 5)}
                 table(f"Part 2: `{shape}` shape, random weights, every output 16 tokens, "
                       f"{len(subset)} sentences", results, len(subset), compare=False)
 

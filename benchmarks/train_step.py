@@ -6,6 +6,7 @@ bucketing batcher would). Reports real (non-padding) target tokens per second.
 
     python benchmarks/train_step.py                      # tiny and base, fp32 and bf16
     python benchmarks/train_step.py --presets tiny --steps 20
+    python benchmarks/train_step.py --presets tiny --precisions fp32   # bf16 is emulated on AVX2
     python benchmarks/train_step.py --presets tiny --pre-norm --dropout 0.3 --attention-dropout 0.1
 """
 
@@ -142,6 +143,8 @@ def measure(preset: str, bf16: bool, steps: int, rounds: int, max_tokens: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "base"], choices=sorted(VOCAB))
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"],
+                        choices=["fp32", "bf16"], help="bf16: under autocast")
     parser.add_argument("--steps", type=int, default=6, help="batches per timed pass")
     parser.add_argument("--rounds", type=int, default=3, help="timed passes per model")
     parser.add_argument("--max-tokens", type=int, default=4096)
@@ -162,7 +165,7 @@ def main() -> None:
     print("| preset | vocab | precision | transduce | torch.nn.Transformer | ratio |")
     print("|---|---|---|---|---|---|")
     for preset in args.presets:
-        for bf16 in (False, True):
+        for bf16 in [p == "bf16" for p in args.precisions]:
             r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens, **changes)
             ours, ref = r["transduce"], r["torch.nn.Transformer"]
             print(f"| {preset} | {VOCAB[preset]} | {'bf16 autocast' if bf16 else 'fp32'} | "

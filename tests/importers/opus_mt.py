@@ -40,9 +40,12 @@ def _spm(texts: list[str], vocab_size: int) -> bytes:
 
 
 def make_opus_mt(directory: Path, *, seed: int = 0, d_model: int = 32, layers: int = 2,
+                 heads: int = 4, d_ff: int | None = None, vocab_size: int | None = None,
                  language_codes: tuple[str, ...] = (), safetensors: bool = True) -> Path:
     """An OPUS-MT-shaped model directory: config.json, weights, source.spm, target.spm,
-    vocab.json, tokenizer_config.json, generation_config.json."""
+    vocab.json, tokenizer_config.json, generation_config.json. `vocab_size` fills vocab.json
+    with pieces no SentencePiece model makes, to a real model's size (Helsinki-NLP/opus-mt-en-de:
+    d_model 512, 6 layers, 8 heads, d_ff 2048, vocab_size 58101)."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     directory = Path(directory)
@@ -61,14 +64,17 @@ def make_opus_mt(directory: Path, *, seed: int = 0, d_model: int = 32, layers: i
     vocab = {"</s>": 0, "<unk>": 1}
     for piece in [*language_codes, *pieces]:
         vocab[piece] = len(vocab)
+    while vocab_size and len(vocab) < vocab_size - 1:
+        vocab[f"▁filler{len(vocab)}"] = len(vocab)
     vocab["<pad>"] = len(vocab)
     (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     size = len(vocab)
     pad = size - 1
     config = MarianConfig(
         vocab_size=size, decoder_vocab_size=size, d_model=d_model, encoder_layers=layers,
-        decoder_layers=layers, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model, activation_function="swish",
+        decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=d_ff or 2 * d_model, decoder_ffn_dim=d_ff or 2 * d_model,
+        activation_function="swish",
         max_position_embeddings=512, scale_embedding=True, dropout=0.1, attention_dropout=0.0,
         activation_dropout=0.0, pad_token_id=pad, eos_token_id=0, bos_token_id=0,
         decoder_start_token_id=pad, forced_eos_token_id=0, share_encoder_decoder_embeddings=True,
