@@ -137,7 +137,8 @@ def test_projected_loss_under_bf16_autocast_matches_the_bf16_output_layer(chunki
     g_ref = torch.autograd.grad(ref, (hidden, weight))
     assert g_ours[0].dtype == g_ours[1].dtype == torch.float32
     torch.testing.assert_close(ours, ref)
-    for a, b in zip(g_ours, g_ref):  # both from bf16 products; ours rounds partial sums too
+    # both from bf16 products; ours rounds partial sums too
+    for a, b in zip(g_ours, g_ref, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2 * b.abs().max().item())
 
 

@@ -41,7 +41,7 @@ def argmax(x: Tensor) -> Tensor:
     return best * width + inside
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _chunk_width(vocab: int) -> int | None:
     """The divisor of `vocab` between 32 and 128 nearest 64, if there is one."""
     widths = [w for w in range(32, 129) if vocab % w == 0]

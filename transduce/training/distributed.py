@@ -95,7 +95,7 @@ class World:
                          + [torch.tensor([loss], device=grads[0].device)])
         dist.all_reduce(flat)
         offset = 0
-        for p, g in zip(parameters, grads):
+        for p, g in zip(parameters, grads, strict=True):
             n = g.numel()
             p.grad = flat[offset: offset + n].view_as(g).to(g.dtype)
             offset += n
