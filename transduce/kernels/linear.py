@@ -88,15 +88,18 @@ BLOCKED_FROM = 16384
 def linear_into(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
     """`F.linear(x, weight, bias)` for a 2-D x, written into `out` (rows, features); a large
     layer's features BLOCK at a time (see above)."""
-    features = len(weight)
-    block = BLOCK if features >= BLOCKED_FROM and kernels.fast() else features
-    for start in range(0, features, block):
-        w, o = weight[start : start + block].t(), out[:, start : start + block]
-        if bias is None:
-            torch.mm(x, w, out=o)
-        else:
-            torch.addmm(bias[start : start + block], x, w, out=o)
+    if len(weight) < BLOCKED_FROM or not kernels.fast():
+        return _product_into(x, weight, bias, out)
+    for start in range(0, len(weight), BLOCK):
+        block = slice(start, start + BLOCK)
+        _product_into(x, weight[block], None if bias is None else bias[block], out[:, block])
     return out
+
+
+def _product_into(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
 
 
 class Linear(nn.Linear):
