@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transduce import ModelConfig, Transformer
+from transduce import ModelConfig, Transformer, kernels
 
 PAD = 1
 
@@ -12,6 +12,15 @@ PAD = 1
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(params=kernels.available())
+def kernel_path(request):
+    """Each kernel path this PyTorch has (reference, mkl, onednn), whatever this machine's CPU
+    would pick: a test taking this fixture runs once under each. The kernel, model and decoding
+    tests take it for all their tests (their conftest.py)."""
+    with kernels.using(request.param):
+        yield request.param
 
 
 def small_config(**overrides) -> ModelConfig:

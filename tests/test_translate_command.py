@@ -169,3 +169,12 @@ def test_ctrl_c_in_interactive_mode_exits_quietly(run_dir, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", Typing())
     code, err = _run(["translate", "--model", str(run_dir), "--interactive"], capsys)
     assert code == 130 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["zwei\ndrei", "a\r\nb", "x\x1cy\u2028z", "end\n", ""])
+def test_a_translation_with_a_line_break_is_written_as_one_line(text):
+    """A byte-fallback tokenizer can decode to a line break (sampling an untrained model does):
+    the output keeps one line per input line."""
+    assert translate_command.one_line(text).splitlines() == ([] if not text.strip() else
+                                                             [translate_command.one_line(text)])
+    assert "\n" not in translate_command.one_line(text)

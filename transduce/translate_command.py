@@ -252,10 +252,10 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
                                                     attention=bool(args.attention), **options)
             for n, result in enumerate(results, start=first):
                 if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
-                    out.writelines(f"{n} ||| {text} ||| {score:.4f}\n"
+                    out.writelines(f"{n} ||| {one_line(text)} ||| {score:.4f}\n"
                                    for text, score in result.nbest)
                 else:
-                    out.write(result.text + "\n")
+                    out.write(one_line(result.text) + "\n")
             out.flush()
             done += len(results)
             bar.update(len(results))
@@ -280,11 +280,19 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
     return 0
 
 
+def one_line(text: str) -> str:
+    """A translation as one line of output: a model whose tokenizer falls back to bytes can
+    produce a line break (a sampled or barely trained one does), which would shift every later
+    line against its source; each is written as a space."""
+    return " ".join(text.splitlines())
+
+
 def _interactive(translator: Translator, options: dict) -> int:
     print("type a sentence and press Enter (Ctrl-D to quit)", file=sys.stderr)
     try:
         for line in sys.stdin:
-            print(translator.translate([line.rstrip("\n")], **options)[0], flush=True)
+            print(one_line(translator.translate([line.rstrip("\n")], **options)[0]),
+                  flush=True)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return INTERRUPTED
@@ -316,5 +324,5 @@ def evaluate(args: argparse.Namespace) -> int:
     print(f"{len(sources)} sentences in {seconds:.1f} s ({len(sources) / max(seconds, 1e-9):.1f} "
           f"sentences/s)")
     if output:
-        output.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        output.write_text("".join(one_line(h) + "\n" for h in hypotheses), encoding="utf-8")
     return 0

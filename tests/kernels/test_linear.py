@@ -2,17 +2,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from transduce import kernels
 from transduce.kernels import linear as module
-from transduce.kernels.linear import Linear, linear
+from transduce.kernels.linear import Linear, linear, writes_into
 
-needs_onednn = pytest.mark.skipif(not module.ONEDNN_AVAILABLE,
+needs_onednn = pytest.mark.skipif("onednn" not in kernels.available(),
                                   reason="this PyTorch has no oneDNN linear")
 
 
 @pytest.fixture
 def calls(monkeypatch):
-    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU's vendor."""
-    monkeypatch.setattr(module, "ONEDNN", True)
+    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU."""
     count, real = [0], module.onednn_linear
 
     def counting(*args):
@@ -20,7 +20,8 @@ def calls(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(module, "onednn_linear", counting)
-    return count
+    with kernels.using("onednn"):
+        yield count
 
 
 @needs_onednn
@@ -62,7 +63,7 @@ def test_row_buckets_are_few_and_waste_at_most_an_eighth():
 
 @pytest.mark.parametrize("features", [100, module.BLOCKED_FROM + 5])  # one product; blocks
 @pytest.mark.parametrize("bias", [True, False])
-def test_written_into_a_buffer_equals_f_linear(features, bias):
+def test_written_into_a_buffer_equals_f_linear(features, bias, kernel_path):
     layer = Linear(16, features, bias=bias)
     x = torch.randn(7, 16)
     out = torch.full((9, features), float("nan"))[:7]  # a view of a larger buffer, as a search's
@@ -70,4 +71,15 @@ def test_written_into_a_buffer_equals_f_linear(features, bias):
         result = layer(x, out=out)
         expected = F.linear(x, layer.weight, layer.bias)
     assert result.data_ptr() == out.data_ptr()
-    torch.testing.assert_close(result, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)  # every path writes it
+    assert writes_into(layer) == (kernel_path != "onednn")  # computed there, not copied
+
+
+def test_a_compiled_linear_layer_equals_f_linear_on_every_path(kernel_path):
+    """Inductor cannot lower oneDNN's op: inside a compiled region the layer is F.linear."""
+    layer = Linear(16, 24)
+    compiled = torch.compile(lambda x: torch.relu(layer(x)))
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), torch.relu(F.linear(x, layer.weight,
+                                                                     layer.bias)))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from transduce import kernels
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # a training step's loss and gradients (R-Drop's loss and the plain one: both fused kernels),
@@ -52,8 +54,14 @@ def _run(tmp_path: Path, kernels: str) -> dict:
     return torch.load(out, weights_only=False)
 
 
-def test_a_training_step_and_a_beam_search_equal_the_reference_paths(tmp_path):
-    fast, reference = _run(tmp_path, "fast"), _run(tmp_path, "reference")
+@pytest.fixture(autouse=True)
+def _every_kernel_path():
+    """Not here: these tests choose their paths themselves, in fresh processes."""
+
+
+@pytest.mark.parametrize("path", [p for p in kernels.available() if p != "reference"])
+def test_a_training_step_and_a_beam_search_equal_the_reference_paths(tmp_path, path):
+    fast, reference = _run(tmp_path, path), _run(tmp_path, "reference")
     assert fast["fast"] and not reference["fast"]
     torch.testing.assert_close(fast["loss"], reference["loss"])
     for name, grad in reference["grads"].items():  # float32 sums in other orders
@@ -63,20 +71,57 @@ def test_a_training_step_and_a_beam_search_equal_the_reference_paths(tmp_path):
     torch.testing.assert_close(fast["scores"], reference["scores"])
 
 
-def test_an_unknown_switch_value_warns_and_keeps_the_fast_paths(tmp_path):
-    env = {**os.environ, "TRANSDUCE_KERNELS": "quick", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", "from transduce import kernels; "
-                           "print(kernels.fast())"], env=env, capture_output=True, text=True,
+def _switch(tmp_path: Path, value: str, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRANSDUCE_KERNELS": value, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True, cwd=tmp_path)
-    assert done.stdout.strip() == "True"
-    assert "TRANSDUCE_KERNELS='quick' is not one of fast, reference" in done.stderr
+
+
+def test_an_unknown_switch_value_warns_and_keeps_the_default(tmp_path):
+    done = _switch(tmp_path, "quick", "from transduce import kernels; print(kernels.path())")
+    assert done.stdout.strip() == kernels.default_path()
+    assert "TRANSDUCE_KERNELS='quick' is not one of auto, fast, reference, mkl, onednn" in (
+        done.stderr)
 
 
 @pytest.mark.parametrize("value", ["reference", " Reference "])
 def test_the_switch_turns_every_fast_path_off(tmp_path, value):
-    env = {**os.environ, "TRANSDUCE_KERNELS": value, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", "from transduce import kernels; "
-                           "from transduce.kernels import linear; "
-                           "print(kernels.fast(), linear.ONEDNN)"], env=env,
-                          capture_output=True, text=True, check=True, cwd=tmp_path)
-    assert done.stdout.split() == ["False", "False"]
+    done = _switch(tmp_path, value, "from transduce import kernels; print(kernels.fast(), "
+                                    "kernels.path())")
+    assert done.stdout.split() == ["False", "reference"]
+
+
+@pytest.mark.parametrize("value", [*kernels.available(), "auto", "fast"])
+def test_the_switch_forces_any_path_the_build_has(tmp_path, value):
+    """The CPU decides only what auto (and fast) mean."""
+    done = _switch(tmp_path, value, "from transduce import kernels; print(kernels.path())")
+    expected = kernels.default_path() if value in ("auto", "fast") else value
+    assert done.stdout.strip() == expected
+
+
+def test_use_switches_paths_at_run_time():
+    before = kernels.path()
+    with kernels.using("reference"):
+        assert not kernels.fast()
+        with kernels.using("mkl"):
+            assert kernels.path() == "mkl" and kernels.fast()
+        assert kernels.path() == "reference"
+    assert kernels.path() == before
+    with pytest.raises(ValueError, match="not one of"):
+        kernels.use("fastest")
+
+
+def test_the_default_follows_the_cpu(monkeypatch):
+    """oneDNN on an AMD CPU with AVX-512, MKL elsewhere (docs/speed.md)."""
+    cpus = {("AuthenticAMD", "fpu avx2 avx512f"): "onednn", ("AuthenticAMD", "fpu avx2"): "mkl",
+            ("GenuineIntel", "avx2 avx512f amx_tile"): "mkl", ("", ""): "mkl"}
+    for (vendor, flags), expected in cpus.items():
+        fields = {"vendor_id": vendor, "flags": flags}
+        monkeypatch.setattr(kernels, "cpu_info", fields.__getitem__)
+        kernels.default_path.cache_clear()
+        try:
+            assert kernels.default_path() == (expected if expected in kernels.available()
+                                              else "mkl")
+        finally:
+            monkeypatch.undo()
+            kernels.default_path.cache_clear()

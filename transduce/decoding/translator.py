@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from transduce.runs.load import load_run
 from transduce.decoding.config import DTYPES, DecodeConfig
 
 log = logging.getLogger(__name__)
+DECODE_FIELDS = tuple(f.name for f in fields(DecodeConfig))
 
 
 @dataclass
@@ -108,6 +109,15 @@ class Translator:
         return cls(model, tokenizers, decode)
 
 
+    def decode_config(self, **settings) -> DecodeConfig:
+        """This translator's search settings with `settings` (DecodeConfig's fields; None keeps
+        a setting) replaced; an unknown name is a UserError listing the fields."""
+        unknown = settings.keys() - DECODE_FIELDS
+        if unknown:
+            raise UserError(f"unknown search setting {', '.join(sorted(unknown))}; the settings "
+                            f"are {', '.join(DECODE_FIELDS)}")
+        return replace(self.decode, **{k: v for k, v in settings.items() if v is not None})
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -116,30 +126,24 @@ class Translator:
         """Detokenized best translations, one per sentence (options: see `translate_detailed`)."""
         return [t.text for t in self.translate_detailed(sentences, **options)]
 
-    def translate_detailed(self, sentences: Iterable[str], *, beam_size: int | None = None,
-                           nbest: int = 1, length_penalty: float | None = None,
-                           max_len_a: float | None = None, max_len_b: int | None = None,
-                           min_len: int | None = None, max_tokens: int | None = None,
-                           length_normalization: str | None = None, stopping: str | None = None,
+    def translate_detailed(self, sentences: Iterable[str], *, nbest: int = 1,
                            sampling: bool = False, temperature: float = 1.0, top_k: int = 0,
                            top_p: float = 1.0, seed: int | None = None,
                            prefixes: list[str] | None = None, attention: bool = False,
                            progress: bool = False,
                            on_translation: Callable[[int, Translation], None] | None = None,
-                           ) -> list[Translation]:
+                           **decode) -> list[Translation]:
         """Translations with n-best scores, and optionally the cross-attention of the best.
 
+        `decode`: search settings, any field of `DecodeConfig` (beam_size, length_penalty,
+        renormalize, ...; None keeps the model's), over the model's own `self.decode`.
         Sentences are batched by `max_tokens` source tokens, longest first, and returned in
         input order. An empty sentence gives an empty translation. Beam size 1 is greedy search;
         `sampling` draws (temperature, top-k, top-p) instead of searching. `prefixes` force the
         start of each translation. `on_translation(i, translation)` is told of each sentence's
         as soon as it is known (before the rest of its batch, whose search goes on).
         """
-        decode = replace(self.decode, **{k: v for k, v in dict(
-            beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-            max_len_b=max_len_b, min_len=min_len, max_tokens=max_tokens,
-            length_normalization=length_normalization, stopping=stopping).items()
-            if v is not None})
+        decode = self.decode_config(**decode)
         if nbest < 1 or (nbest > decode.beam_size and not sampling) or (nbest > 1 and sampling):
             raise UserError(f"nbest={nbest}: between 1 and the beam size ({decode.beam_size}); "
                             "sampling draws 1")

@@ -1,39 +1,127 @@
-"""Hardware fast paths, kept apart from the paper's modules, and the switch that turns them off.
+"""Hardware fast paths, kept apart from the paper's modules, and the one switch that picks them.
 
 The model, the loss and the search compute what the paper says with plain PyTorch; where a faster
 kernel computes the same thing on some hardware, they call this package instead:
 
-- `linear`: float32 inference on oneDNN on AMD CPUs (`Linear` is an `nn.Linear` using it);
+- `linear`: float32 inference products on MKL (PyTorch's own `F.linear`) or on oneDNN;
 - `dropout`: a dropout mask drawn four elements per random number on CPU (`Dropout`);
 - `attention`: PyTorch's fused scaled-dot-product kernel, where it pays;
 - `loss`: the output projection and the label-smoothed loss (and R-Drop's) fused, a chunk of
   positions at a time, with their gradients written by hand.
 
-Set the environment variable TRANSDUCE_KERNELS=reference before starting Python to run the plain
-PyTorch reference paths instead (`F.linear`, `F.dropout`, attention written out, the loss from
-the logits): slower, and the same results up to float rounding and other dropout masks.
+Which path runs is chosen at run time, by `use(path)` or by the environment variable
+TRANSDUCE_KERNELS (read when this package is imported):
+
+- `auto` (the default; `fast` is the same): the fast kernels, the float32 products on the
+  library this CPU runs fastest: oneDNN on an AMD CPU with AVX-512, MKL elsewhere
+  (`default_path`, docs/speed.md);
+- `mkl` or `onednn`: the fast kernels, the float32 products forced onto that library (both run on
+  any x86-64 CPU; `onednn` needs a PyTorch built with it: `available()`);
+- `reference`: plain PyTorch everywhere (`F.linear`, `F.dropout`, attention written out, the loss
+  from the logits): slower, and the same results up to float rounding and other dropout masks.
+
+The CPU decides only the default: every path runs on every machine, and the tests run the
+kernel, model and decoding tests under each (`tests/conftest.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import warnings
+from collections.abc import Iterator
 
 SWITCH = "TRANSDUCE_KERNELS"
-_CHOICES = ("fast", "reference")
+PATHS = ("reference", "mkl", "onednn")  # what `path()` can be
+CHOICES = ("auto", "fast", *PATHS)  # what the switch accepts
 
 
-def _read_switch() -> bool:
-    value = os.environ.get(SWITCH, "fast").strip().lower() or "fast"
-    if value not in _CHOICES:
-        warnings.warn(f"{SWITCH}={value!r} is not one of {', '.join(_CHOICES)}; using fast",
-                      stacklevel=2)
-    return value != "reference"
+def cpu_info(field: str) -> str:
+    """A field of the first CPU in /proc/cpuinfo ("vendor_id": "GenuineIntel", "AuthenticAMD";
+    "flags"), or "" if unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.split(":", 1)[0].strip() == field:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
-_FAST = _read_switch()
+@functools.cache
+def available() -> tuple[str, ...]:
+    """The paths this PyTorch build has: reference and mkl always (mkl: PyTorch's own float32
+    product, MKL's on x86), onednn where PyTorch has oneDNN's linear kernel."""
+    import torch
+
+    onednn = (torch.backends.mkldnn.is_available()
+              and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    return PATHS if onednn else PATHS[:2]
+
+
+@functools.cache
+def default_path() -> str:
+    """The path `auto` means on this machine. MKL runs its AVX2 code on AMD processors; oneDNN
+    uses AVX-512 there when the CPU has it, and its linear kernel was faster at every shape of
+    the decoder on an AVX-512 EPYC. On an AVX2-only EPYC oneDNN is the slower, and on Intel
+    processors MKL runs its own AVX-512 code and is as fast or faster (docs/speed.md)."""
+    amd_avx512 = (cpu_info("vendor_id") == "AuthenticAMD"
+                  and "avx512f" in cpu_info("flags").split())
+    return "onednn" if amd_avx512 and "onednn" in available() else "mkl"
+
+
+def resolve(choice: str) -> str:
+    """The path a switch value names (`auto`/`fast`: this machine's default); a ValueError for
+    a value that is not one, or a path this PyTorch lacks."""
+    value = choice.strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ValueError(f"{SWITCH}={choice!r} is not one of {', '.join(CHOICES)}")
+    if value in ("auto", "fast"):
+        return default_path()
+    if value not in available():
+        raise ValueError(f"{SWITCH}={choice!r}: this PyTorch has no oneDNN linear kernel; use "
+                         f"one of {', '.join(available())}")
+    return value
+
+
+def _from_environment() -> str:
+    try:
+        return resolve(os.environ.get(SWITCH, "auto"))
+    except ValueError as error:
+        warnings.warn(f"{error}; using auto", stacklevel=3)
+        return default_path()
+
+
+_PATH: str | None = None  # resolved on first use: importing this package imports no torch
+
+
+def path() -> str:
+    """The path in use: "reference", "mkl" or "onednn"."""
+    global _PATH
+    if _PATH is None:
+        _PATH = _from_environment()
+    return _PATH
 
 
 def fast() -> bool:
-    """Whether the fast paths are on (the default), read from TRANSDUCE_KERNELS at import."""
-    return _FAST
+    """Whether the fast kernels are on (every path but `reference`)."""
+    return path() != "reference"
+
+
+def use(choice: str) -> str:
+    """Switch to a path (any value of `CHOICES`) from now on, in this process; returns it."""
+    global _PATH
+    _PATH = resolve(choice)
+    return _PATH
+
+
+@contextlib.contextmanager
+def using(choice: str) -> Iterator[str]:
+    """`use(choice)` for a block, the previous path back after it."""
+    before = path()
+    try:
+        yield use(choice)
+    finally:
+        use(before)

@@ -1,13 +1,14 @@
-"""Linear layers that run float32 inference on oneDNN on an AMD CPU with AVX-512.
+"""Linear layers whose float32 inference products run on MKL or on oneDNN, as chosen.
 
 PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 code on AMD
 processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it: on a
 2-core AMD EPYC with AVX-512 its linear kernel was faster at every shape of the decoder, with the
-same results (equal or within float32 rounding: another order of summation). On an AMD EPYC with
-AVX2 only, oneDNN's kernel is the slower one, and on Intel processors MKL runs its own AVX-512
-code and is as fast or faster, so there `F.linear` stays (docs/speed.md). The oneDNN kernel has
-no backward pass, so training, and anything else that needs gradients, keeps `F.linear`; bfloat16
-and float16 already reach oneDNN through it.
+same results (equal or within float32 rounding: another order of summation). The path is chosen
+at run time (`transduce.kernels`: the CPU picks the default, TRANSDUCE_KERNELS or
+`kernels.use` any path); every path has the same contract, `out=` included. The oneDNN kernel
+has no backward pass, so training, and anything else that needs gradients, keeps `F.linear`;
+bfloat16 and float16 already reach oneDNN through it. Inside a region `torch.compile` traces,
+`F.linear` too: Inductor lowers it (with its own choice of kernel) and cannot lower oneDNN's op.
 
 A product written into a buffer (a search step's logits) with many output features, the output
 layer of a large vocabulary, is computed a block of features at a time: MKL's single product
@@ -24,31 +25,6 @@ from torch import Tensor, nn
 from transduce import kernels
 
 
-def cpu_info(field: str) -> str:
-    """A field of the first CPU in /proc/cpuinfo ("vendor_id": "GenuineIntel", "AuthenticAMD";
-    "flags"), or "" if unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.split(":", 1)[0].strip() == field:
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def cpu_vendor() -> str:
-    return cpu_info("vendor_id")
-
-
-ONEDNN_AVAILABLE = (torch.backends.mkldnn.is_available()
-                    and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-# see above: MKL's AVX2 against oneDNN's AVX-512 on AMD; the reference paths
-# (TRANSDUCE_KERNELS=reference) use F.linear
-ONEDNN = (ONEDNN_AVAILABLE and cpu_vendor() == "AuthenticAMD"
-          and "avx512f" in cpu_info("flags").split() and kernels.fast())
-
-
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
@@ -56,8 +32,9 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """`F.linear(x, weight, bias)`, on oneDNN for float32 CPU tensors when no gradient is due
     (and autocast does not ask for another precision)."""
-    if (ONEDNN  # the training step leaves at the first test: gradients are due there
+    if (kernels.path() == "onednn"  # training leaves at the second test: gradients are due
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and not torch.compiler.is_compiling()
             and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu" and x.numel()
             and not torch.is_autocast_enabled("cpu")):
         rows = x.reshape(-1, x.shape[-1])
@@ -109,17 +86,20 @@ class Linear(nn.Linear):
                 out: Tensor | None = None) -> Tensor:
         """x (..., in) -> (..., out), or only the output features `features` (rows of the
         weight: the queries of a packed [W_Q; W_K; W_V], say). With `out`, a (rows, features)
-        float32 buffer for a 2-D x, the result is written there when `F.linear` would compute it
-        (not on oneDNN); either way the result is returned."""
+        buffer for a 2-D x, the result is written there (computed there where it can be; on
+        oneDNN, which cannot, copied there) and returned."""
         weight, bias = self.weight, self.bias
         if features is not None:
             weight, bias = weight[features], None if bias is None else bias[features]
-        if out is not None and not ONEDNN and x.dim() == 2 and out.dtype == x.dtype:
+        if out is None:
+            return linear(x, weight, bias)
+        if (x.dim() == 2 and out.dtype == x.dtype
+                and (kernels.path() != "onednn" or torch.compiler.is_compiling())):
             return linear_into(x, weight, bias, out)
-        return linear(x, weight, bias)
+        return out.copy_(linear(x, weight, bias))
 
 
 def writes_into(layer: nn.Module) -> bool:
-    """Whether `layer(x, out=buffer)` writes its result into the buffer (so that a caller
-    keeping one from call to call saves fresh memory)."""
-    return isinstance(layer, Linear) and not ONEDNN
+    """Whether `layer(x, out=buffer)` computes its result in the buffer (so that a caller keeping
+    one from call to call saves fresh memory; on oneDNN it would be a copy more)."""
+    return isinstance(layer, Linear) and kernels.path() != "onednn"
