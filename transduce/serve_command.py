@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 
 from transduce.errors import UserError
@@ -74,16 +76,12 @@ def serve(args: argparse.Namespace) -> int:
         rate_limit=limit, rate_window=window, timeout=args.timeout, threads=args.threads,
         workers=args.workers, device=args.device, dtype=args.dtype, compile=args.compile)
     specs = [ModelSpec.parse(m) for m in args.model]
-    log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
-    # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
-    # again for the handler it found, this one: exit 0, the stop asked for
-    signal.signal(signal.SIGTERM, _exit_0)
+    check_port(args.host, args.port)
     serving = dict(host=args.host, port=args.port, log_level="info",
                    timeout_graceful_shutdown=None)
     if settings.workers == 1:
-        models = load_models(specs, device=args.device, dtype=args.dtype,
-                             compile=args.compile)
-        uvicorn.run(create_app(models, settings), **serving)
+        app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
+                                     compile=args.compile), settings)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)
         if any("," in m for m in args.model):
@@ -91,9 +89,34 @@ def serve(args: argparse.Namespace) -> int:
                             "the workers; rename or link the run directory")
         os.environ[MODELS_VARIABLE] = ",".join(args.model)
         os.environ[SETTINGS_VARIABLE] = settings.to_json()
-        uvicorn.run("transduce.serve:create_app", factory=True, workers=settings.workers,
-                    **serving)
+        app = "transduce.serve:create_app"
+        serving.update(factory=True, workers=settings.workers)
+    check_port(args.host, args.port)  # again: loading took a while
+    log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
+    # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
+    # again for the handler it found, this one: exit 0, the stop asked for
+    signal.signal(signal.SIGTERM, _exit_0)
+    uvicorn.run(app, **serving)
     return 0
+
+
+def check_port(host: str, port: int) -> None:
+    """A UserError naming --host or --port unless the server can listen there (port 0: any)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise UserError(f"--host {host}: not an address of this machine ({error.strerror})"
+                        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            why = ("in use by another program" if error.errno == errno.EADDRINUSE
+                   else error.strerror)
+            raise UserError(f"--port {port}: cannot listen on {host}:{port}: {why}; pick "
+                            "another --port") from None
 
 
 def _exit_0(signum, frame) -> None:

@@ -192,3 +192,50 @@ def test_serve_dtype_int8_batches_requests_as_translate_dtype_int8(server, run_d
     _, url = server("--dtype", "int8", "--batch-wait-ms", "20")
     responses = asyncio.run(_one_request_per_line(url, lines))
     assert [r.json()["translatedText"] for r in responses] == output.read_text().splitlines()
+
+
+# serve's search options (those it shares with translate, and --beam), each with a value
+SEARCH_OPTIONS = {"--beam": ["--beam", "2"], "--device": ["--device", "cpu"],
+                  "--dtype": ["--dtype", "bfloat16"], "--compile": ["--compile"]}
+
+
+def test_the_search_options_table_holds_every_search_option_serve_lists():
+    from ..test_every_option import listed
+
+    shared = listed("serve") & listed("translate") - {"--model", "--help"}
+    assert shared | {"--beam"} == set(SEARCH_OPTIONS)
+
+
+@pytest.mark.parametrize("option", sorted(SEARCH_OPTIONS))
+def test_serve_runs_with_each_search_option(option, server, run_dir):
+    """Each line alone (one request at a time): what Translator gives with the same setting."""
+    from transduce.decoding.translator import Translator
+
+    args = SEARCH_OPTIONS[option]
+    _, url = server(*args)
+    lines = ["seven", "three hundred and twelve", "forty-one"]
+    load = {"--device": dict(device="cpu"), "--dtype": dict(dtype="bfloat16"),
+            "--compile": dict(compile=True)}.get(option, {})
+    translator = Translator.load(run_dir, **load)
+    search = {"beam_size": 2} if option == "--beam" else {}
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for line in lines:
+            answer = client.post("/translate", json={"q": line, "source": "en", "target": "de"})
+            assert answer.json()["translatedText"] == translator.translate([line], **search)[0]
+
+
+def test_serve_refuses_a_port_in_use_before_it_says_serving(run_dir, capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--model", str(run_dir), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}: in use by another program" in err
+    assert "serving on" not in err
+
+
+def test_serve_refuses_a_missing_model_before_it_says_serving(tmp_path, capsys):
+    assert main(["serve", "--model", str(tmp_path / "nothing"), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("transduce: error:") and "nothing" in err and len(err.splitlines()) == 1
