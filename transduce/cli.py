@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import typing
 from pathlib import Path
@@ -322,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.captureWarnings(True)  # library warnings (sacreBLEU's, PyTorch's) as log lines
     try:
-        return args.run(args) or 0
+        with _sigterm_as_ctrl_c(args.command != "serve"):  # serve: uvicorn's own
+            return args.run(args) or 0
     except UserError as error:  # a bad file, setting or option: one line, no traceback
         print(f"transduce: error: {error}", file=sys.stderr)
         return 2
@@ -333,9 +337,28 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"transduce: error: {where}{error.strerror or error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ntransduce: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as error:  # what it kept or removed, when it says
+        print(f"\ntransduce: interrupted{f': {error}' if str(error) else ''}", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c(wanted: bool):
+    """SIGTERM (`timeout`, `kill`, SLURM, systemd) stops a command as Ctrl-C does, keeping what
+    Ctrl-C keeps, instead of killing it where it stands; training takes both signals itself
+    while it trains (transduce.training.interrupts)."""
+    if not wanted or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame) -> typing.NoReturn:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

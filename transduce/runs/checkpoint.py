@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from transduce.errors import UserError
 from transduce.files import fsync_dir, make_public, write_atomically
+from transduce.pauses import pause_point
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
@@ -131,9 +132,7 @@ def save_checkpoint(run_dir: Path, name: str, model: torch.nn.Module, state: dic
             with open(tmp / file, "rb") as f:
                 os.fsync(f.fileno())
         fsync_dir(tmp)
-        if final.exists():  # the same update saved again (e.g. after a resume): replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_dir(tmp, final)  # the same update saved again (after a resume): replaced
         fsync_dir(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -259,11 +258,26 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
     out_dir = Path(out_dir)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    make_public(tmp)
-    save_file(averaged, str(tmp / WEIGHTS), metadata={AVERAGED: ",".join(Path(p).name
-                                                                         for p in paths)})
-    make_public(tmp / WEIGHTS)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    try:  # interrupted, it leaves the previous average as it was, and no temporary files
+        make_public(tmp)
+        save_file(averaged, str(tmp / WEIGHTS), metadata={AVERAGED: ",".join(Path(p).name
+                                                                             for p in paths)})
+        make_public(tmp / WEIGHTS)
+        pause_point("average")
+        replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def replace_dir(new: Path, final: Path) -> None:
+    """Put directory `new` in the place of `final`, which may exist: at every moment one of
+    them is there under its name (a crash between the two renames leaves the old one hidden
+    beside it, `.NAME.old.*`, never a half-written one)."""
+    if not final.exists():
+        os.replace(new, final)
+        return
+    old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.old."))
+    os.replace(final, old / final.name)
+    os.replace(new, final)
+    shutil.rmtree(old, ignore_errors=True)

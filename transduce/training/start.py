@@ -15,6 +15,7 @@ from transduce.data.tokenizer import Tokenizers
 from transduce.errors import UserError
 from transduce.files import check_writable
 from transduce.model.config import PRESETS
+from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
 from transduce.runs.load import LoadedRun, check_fits, load_run, read_config
@@ -49,6 +50,12 @@ def start_run(config: Config, run_dir: Path, *, data: PreparedData | None = None
             trainer.model.load_state_dict(source.model.state_dict())
             log.info("starting from the weights of %s", source.weights)
         return trainer
+    except KeyboardInterrupt:
+        if new_run is None:
+            raise
+        new_run.discard()
+        raise KeyboardInterrupt(f"before the first update: removed what this run wrote in "
+                                f"{run_dir}") from None
     except BaseException:
         if new_run is not None:
             new_run.discard()
@@ -127,6 +134,7 @@ def _prepare(config: Config, run_dir: Path, world: World, device: torch.device,
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     with world.main_first():
+        pause_point("prepare")
         if data is None and not world.main:
             tokenizers = tokenizers or Tokenizers.load(run_dir)
         data = data or prepare(config.data, run_dir, tokenizers=tokenizers,

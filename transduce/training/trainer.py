@@ -20,6 +20,7 @@ from transduce.data.batching import Batch
 from transduce.data.prepare import PreparedData
 from transduce.errors import TrainingError
 from transduce.model.transformer import Transformer
+from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
 from transduce.runs.load import model_config
@@ -124,6 +125,7 @@ class Trainer:
                     before, start = state.position(p, self.device), time.perf_counter()
                     try:
                         with self._interrupts.abandonable():
+                            pause_point("update", self._signalled)
                             loss, tokens = self.gradients(
                                 [next(batches) for _ in range(cfg.accumulate * self.world.size)])
                     except Abandon:  # stopping: as if the update had never begun
@@ -140,22 +142,26 @@ class Trainer:
                     if p.update % cfg.log_every == 0 or p.update == 1:
                         report.report(p, self.optimizer.param_groups[0]["lr"], bar, records)
                     if cfg.validate_every and p.update % cfg.validate_every == 0:
-                        if self._validate_and_save(records):
+                        if self._validate_and_save(records, phase="validate"):
                             reason = "early stopping"
                             break
                     elif cfg.save_every and p.update % cfg.save_every == 0:
                         self._save(best=False)
+                bar.close()
+                # 5) the last checkpoint: validated, unless that was just done; a signal here
+                # (a long final validation) gives the validation up, never the checkpoint
+                p.elapsed = elapsed_before + time.perf_counter() - started
+                if reason != "interrupted" and reason != "early stopping" and not (
+                        self.world.from_main(bool(p.history)
+                                             and p.history[-1]["update"] == p.update)):
+                    self._validate_and_save(records, phase="final validation")
+                if self._interrupts.signal is not None:
+                    reason = "interrupted"
+                    if not self._stop_interrupted():
+                        records.close()
+                        return p
         finally:
             bar.close()
-        # 5) the last checkpoint: validated, unless that was just done
-        p.elapsed = elapsed_before + time.perf_counter() - started
-        if reason == "interrupted":
-            self._save(best=False)
-            log.info("interrupted: checkpoint update_%07d written; continue with `transduce train "
-                     "--resume %s`", p.update, self.run_dir)
-        elif reason != "early stopping" and not self.world.from_main(
-                bool(p.history) and p.history[-1]["update"] == p.update):
-            self._validate_and_save(records)
         records.close()
         report.summary(p, reason, self.epochs.done(p), ckpt.checkpoint_dir(self.run_dir))
         self.world.barrier()  # all done: none exits while another still needs it
@@ -271,12 +277,22 @@ class Trainer:
     def references(self) -> list[str]:
         return self.data.valid_references
 
-    def _validate_and_save(self, records: Records | NoRecords) -> bool:
+    def _validate_and_save(self, records: Records | NoRecords, *, phase: str) -> bool:
         """Validate, checkpoint (marking the best), and say whether to stop early. With several
-        processes the main one validates and decides for all."""
+        processes the main one validates and decides for all. A signal during the validation
+        (minutes, on a large set) gives it up: the checkpoint is written unvalidated."""
         p, cfg = self.progress, self.config.train
-        result = self.validate() if self.world.main else None
-        best = True
+        result, abandoned = None, False
+        if self.world.main:
+            try:
+                with self._interrupts.abandonable():
+                    pause_point(phase, self._signalled)
+                    result = self.validate()
+            except Abandon:
+                abandoned = True
+                log.info("stopping: the validation of update %d given up", p.update)
+                self.model.train()
+        best = not abandoned  # without validation data every checkpoint is the best
         if result is not None:
             best, record = p.validated(result, by_bleu=cfg.bleu)
             records.write(record, split="valid")
@@ -284,9 +300,31 @@ class Trainer:
         self._save(best=best)
         return self.world.from_main(bool(cfg.patience) and p.bad_validations >= cfg.patience)
 
+    def _stop_interrupted(self) -> bool:
+        """Ctrl-C or SIGTERM: a checkpoint of every update done (one is written already if the
+        last update's was), or, for a new run stopped before its first update, nothing left of
+        it; one line says which. Returns whether the run stays."""
+        p = self.progress
+        if p.update == 0 and not self._resumed:  # every process agrees
+            if self._new_run is not None:  # the main process's claim
+                self._new_run.discard()
+                log.info("interrupted before the first update: removed what this run wrote in "
+                         "%s", self.run_dir)
+            return False
+        if ckpt.latest_checkpoint(self.run_dir) != ckpt.checkpoint_dir(self.run_dir) / (
+                f"update_{p.update:07d}"):
+            self._save(best=False)
+        log.info("interrupted: checkpoint update_%07d written; continue with `transduce train "
+                 "--resume %s`", p.update, self.run_dir)
+        return True
+
+    def _signalled(self) -> bool:
+        return self._interrupts.signal is not None
+
     def _save(self, best: bool) -> None:
         """Write a checkpoint (the main process; every process calls this, for its RNG state)."""
         rngs = self.world.gather(state.rng_state())
+        pause_point("save", self._signalled)
         if self.world.main:
             training = state.state_dict(self.progress, self.optimizer, self.scaler, rngs,
                                         self.config, self.model_config)
