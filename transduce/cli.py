@@ -145,18 +145,20 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 def _average(args: argparse.Namespace) -> None:
     from transduce.runs.checkpoint import (average_checkpoints, checkpoint_dir,
-                                               update_checkpoints)
+                                           update_checkpoints)
+    from transduce.runs.lock import RunLock
 
     run_dir = Path(args.run_dir)
     if not checkpoint_dir(run_dir).is_dir():
         raise UserError(f"{run_dir}: no checkpoints here (is it a run directory of transduce "
                         "train?)")
     check_writable(checkpoint_dir(run_dir), what="run directory")
-    paths = update_checkpoints(run_dir)[-args.last:]
-    if len(paths) < args.last:
-        print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}",
-              file=sys.stderr)
-    out = average_checkpoints(paths, checkpoint_dir(Path(args.run_dir)) / "averaged")
+    with RunLock(run_dir, "transduce average"):  # a run still training is refused
+        paths = update_checkpoints(run_dir)[-args.last:]
+        if len(paths) < args.last:
+            print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}",
+                  file=sys.stderr)
+        out = average_checkpoints(paths, checkpoint_dir(Path(args.run_dir)) / "averaged")
     print(f"averaged {', '.join(p.name for p in paths)} -> {out}")
 
 

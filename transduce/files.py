@@ -62,6 +62,10 @@ def check_writable(directory: Path, *, what: str) -> None:
     """Create `directory` (and its parents) if needed and make sure files can be written in it;
     a `UserError` naming it otherwise."""
     directory = Path(directory)
+    for parent in (directory, *directory.parents):
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"{what} {directory}: cannot write there: {parent} is a file, not a "
+                            "directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=directory, prefix=".transduce-probe-")

@@ -17,6 +17,7 @@ error naming its field in config.json.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,10 +31,12 @@ from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
 from transduce.export.marian import residual_permutation
-from transduce.files import check_writable
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
+from transduce.runs.claim import NewRun
+from transduce.runs.lock import NAME as LOCK_NAME
+from transduce.runs.lock import in_use
 
 CHECKPOINT = "imported"  # the checkpoint an imported run's weights are in
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -43,7 +46,11 @@ def import_marian(source: str | Path, out_dir: Path) -> Path:
     """Write the run directory `out_dir` (absent or empty) for the Marian model `source`: a
     local OPUS-MT directory or a Hugging Face hub id. Returns `out_dir`."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+    holder = in_use(out_dir)
+    if holder:
+        raise UserError(f"--out {out_dir} is in use by {holder}")
+    if out_dir.exists() and (not out_dir.is_dir() or any(c.name != LOCK_NAME
+                                                          for c in out_dir.iterdir())):
         raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
                         "directory")
     directory = _local_copy(source)
@@ -54,22 +61,29 @@ def import_marian(source: str | Path, out_dir: Path) -> Path:
     ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
     config = Config(model=ModelSection.of(model_config),
                     data=_data_config(directory), decode=_decode_config(directory))
-    check_writable(out_dir, what="--out")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    claim = NewRun(out_dir, check=False, what="--out", command="transduce import")
+    if any(c.name != LOCK_NAME for c in out_dir.iterdir()):  # another began meanwhile
+        claim.give_up()
+        raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
+                        "directory")
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:  # the run directory appears whole or not at all
+    try:  # written beside, then moved in: the checkpoint last, so that the run is whole when
+        # it has one
         config.save(tmp / "config.yaml")
         tokenizers.save(tmp)
         (tmp / "checkpoints" / CHECKPOINT).mkdir(parents=True)
         ckpt.save_weights(model, tmp / "checkpoints" / CHECKPOINT / ckpt.WEIGHTS)
         (tmp / "checkpoints" / "latest").write_text(CHECKPOINT + "\n")
         (tmp / "imported_from.txt").write_text(f"{source}\n")
-        if out_dir.exists():
-            out_dir.rmdir()
-        tmp.rename(out_dir)
+        for entry in sorted(tmp.iterdir(), key=lambda e: e.name == "checkpoints"):
+            os.replace(entry, out_dir / entry.name)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+        claim.discard()
         raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        claim.lock.release()
     return out_dir
 
 

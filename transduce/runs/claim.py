@@ -3,7 +3,8 @@
 A new run starts only in a directory that does not exist or is empty: a directory holding a run
 (or anything else) is refused before a byte is written into it, and a new run that fails before
 its first checkpoint takes away what it made, so a refused or failed `transduce train` leaves the
-file system as it found it.
+file system as it found it. The claim holds the directory's lock (`transduce.runs.lock`): two
+commands never claim one directory.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from transduce.errors import UserError
 from transduce.files import check_writable
 from transduce.runs import checkpoint as ckpt
+from transduce.runs.lock import NAME as LOCK_NAME
+from transduce.runs.lock import RunLock, in_use
 
 log = logging.getLogger(__name__)
 
@@ -24,19 +27,23 @@ def holds_run(path: Path) -> bool:
     return any(ckpt.update_checkpoints(path)) or ckpt.latest_checkpoint(path) is not None
 
 
-def refuse_unless_free(path: Path, *, what: str = "--run-dir") -> None:
+def refuse_unless_free(path: Path, *, what: str = "--run-dir", locked: bool = False) -> None:
     """A `UserError` unless a new run may start in `path`; reads, never writes."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{what} {path}: is a file, not a directory")
-    if not path.is_dir() or not any(path.iterdir()):
+    holder = None if locked else in_use(path)  # locked: by this process, as it checks
+    if holder:
+        raise UserError(f"{what} {path} is in use by {holder}")
+    if not path.is_dir() or not any(c.name != LOCK_NAME for c in path.iterdir()):
         return
     if holds_run(path):
         raise UserError(f"{what} {path} already holds a run; continue it with `transduce train "
                         f"--resume {path}`, or pick another {what}")
     if (path / "config.yaml").is_file() or (path / "tokenizer.json").is_file():
-        raise UserError(f"{what} {path} holds a run that wrote no checkpoint (killed early? its "
-                        f"train.log may say); remove it or pick another {what}")
+        raise UserError(f"{what} {path} holds a run that wrote no checkpoint (no process is "
+                        f"using it: killed early? its train.log may say); remove it or pick "
+                        f"another {what}")
     raise UserError(f"{what} {path} is not empty and not a run directory; pick another {what}")
 
 
@@ -45,12 +52,32 @@ class NewRun:
     written) unless the run may start there; `discard()` takes away what the run made when it
     failed before writing a checkpoint."""
 
-    def __init__(self, path: Path, *, check: bool = True) -> None:
+    def __init__(self, path: Path, *, check: bool = True, what: str = "--run-dir",
+                 command: str = "transduce train") -> None:
         self.path = Path(path)
         if check:
-            refuse_unless_free(self.path)
+            refuse_unless_free(self.path, what=what)  # before a byte is written
+        elif self.path.exists() and not self.path.is_dir():
+            raise UserError(f"{what} {self.path}: is a file, not a directory")
         self.created = not self.path.exists()
-        check_writable(self.path, what="--run-dir")
+        check_writable(self.path, what=what)
+        self._had_lock_file = (self.path / LOCK_NAME).exists()
+        self.lock = RunLock(self.path, command)  # of two commands at once, one stops here
+        try:
+            if check:  # again, holding the lock: another command may have begun meanwhile
+                refuse_unless_free(self.path, what=what, locked=True)
+        except BaseException:
+            self.give_up()
+            raise
+
+    def give_up(self) -> None:
+        """Release the directory, taking away the lock file if this claim made it (and the
+        directory if it made that)."""
+        self.lock.release()
+        if self.created:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif not self._had_lock_file:
+            (self.path / LOCK_NAME).unlink(missing_ok=True)
 
     def discard(self) -> None:
         """Remove what this run wrote, unless it got as far as a checkpoint (then it can be
@@ -58,6 +85,7 @@ class NewRun:
         if holds_run(self.path):
             return
         _close_logs_under(self.path)
+        self.lock.release()
         if self.created:
             shutil.rmtree(self.path, ignore_errors=True)
             return

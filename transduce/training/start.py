@@ -18,6 +18,7 @@ from transduce.model.config import PRESETS
 from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
+from transduce.runs.lock import RunLock
 from transduce.runs.load import LoadedRun, check_fits, load_run, read_config
 from transduce.training import report
 from transduce.training.devices import training_device
@@ -80,14 +81,21 @@ def resume_run(run_dir: Path, overrides: list[str] = (), *, reset_optimizer: boo
     tokenizers = Tokenizers.load(run_dir)
     check_fits(config, tokenizers, weights, path)  # before anything is written
     world, device = _place(config)
+    lock = None
     if world.main:
         check_writable(run_dir, what="run directory")
-    data = _prepare(config, run_dir, world, device, None, tokenizers)
-    trainer = Trainer(config, run_dir, data, world=world, device=device)
-    trainer.load(path, weights, training, reset_optimizer=reset_optimizer,
-                 reset_schedule=reset_schedule)
-    if overrides:
-        config.save(run_dir / "config.yaml")
+        lock = RunLock(run_dir, "transduce train --resume")
+    try:
+        data = _prepare(config, run_dir, world, device, None, tokenizers)
+        trainer = Trainer(config, run_dir, data, world=world, device=device, lock=lock)
+        trainer.load(path, weights, training, reset_optimizer=reset_optimizer,
+                     reset_schedule=reset_schedule)
+        if overrides and world.main:
+            config.save(run_dir / "config.yaml")
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     return trainer
 
 

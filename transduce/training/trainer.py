@@ -23,6 +23,7 @@ from transduce.model.transformer import Transformer
 from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
+from transduce.runs.lock import RunLock
 from transduce.runs.load import model_config
 from transduce.training import report, schedule, state
 from transduce.training.devices import autocast, precision
@@ -43,16 +44,18 @@ class Trainer:
     With several processes (started by `torchrun` or `transduce train --nproc N`) each trains on
     its share of every update's batches (transduce.training.distributed). `new_run`: the claim on
     a new run's directory, given up (what was written taken away) if the run fails before its
-    first checkpoint.
+    first checkpoint. `lock`: the run directory's lock (a new run's is its claim's), released
+    when `train()` returns.
     """
 
     def __init__(self, config: Config, run_dir: Path, data: PreparedData, *,
                  world: World | None = None, device: torch.device | None = None,
-                 new_run: NewRun | None = None) -> None:
+                 new_run: NewRun | None = None, lock: RunLock | None = None) -> None:
         self.config, self.run_dir, self.data = config, Path(run_dir), data
         self.world = world or World.from_env()
         self.device = device or torch.device("cpu")
         self._new_run = new_run
+        self._lock = new_run.lock if new_run is not None else lock  # released when done
         train = config.train
         self.precision = precision(train.precision, self.device)
         torch.manual_seed(train.seed)
@@ -94,6 +97,9 @@ class Trainer:
             if self._new_run is not None:  # a new run that failed before its first checkpoint
                 self._new_run.discard()
             raise
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def _loop(self) -> Progress:
         cfg, p = self.config.train, self.progress
