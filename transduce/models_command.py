@@ -84,10 +84,12 @@ def export(args: argparse.Namespace) -> None:
     elif args.to == "ctranslate2":
         from transduce.export.ctranslate2 import save_ctranslate2
 
-        save_ctranslate2(run.model, run.tokenizers, out, quantization=args.quantization)
+        save_ctranslate2(run.model, run.tokenizers, out, quantization=args.quantization,
+                         decode=run.config.decode)
     else:
         from transduce.export.argos import save_argos
 
         save_argos(run.model, run.tokenizers, out, from_code=languages[0],
-                   to_code=languages[1], quantization=args.quantization)
+                   to_code=languages[1], quantization=args.quantization,
+                   decode=run.config.decode)
     print(f"exported {args.run_dir} ({args.to}) -> {out}")

@@ -165,3 +165,101 @@ def test_a_conflicting_model_key_is_an_error_naming_it(run_dir, tmp_path, capsys
                  "--run-dir", str(tmp_path / "x")]) == 2
     assert "model.d_model=64" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="module")
+def long_outputs_run(tmp_path_factory):
+    """A barely trained run whose outputs run long (to its 38-token maximum), greedy or beam."""
+    run = tmp_path_factory.mktemp("export-long") / "run"
+    start_run(load_config(overrides=[*FAST, "train.max_updates=2", "model.max_positions=40",
+                                     "data.src_lang=en", "data.tgt_lang=de"]), run).train()
+    return run
+
+
+def _export_with(run_dir, tmp_path, **settings):
+    """Export `run_dir` with these decode settings in its config (a copy of the run)."""
+    import shutil
+
+    import yaml
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".lock"))
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["decode"].update(settings)
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["export", str(copy), "--to", "huggingface", "--out",
+                 str(tmp_path / "hf-dir")]) == 0
+    return load_run(copy), tmp_path / "hf-dir"
+
+
+def _docs_generate(hf_dir, sentences):
+    """docs/models.md's snippet, nothing set by hand: (token ids after the start token)."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(hf_dir)
+    model = MarianMTModel.from_pretrained(hf_dir)
+    outputs = []
+    for sentence in sentences:
+        batch = tokenizer([sentence], return_tensors="pt")
+        with torch.no_grad():
+            outputs.append((batch["input_ids"], model.generate(**batch)[0].tolist()[1:]))
+    return outputs
+
+
+def test_the_docs_generate_snippet_searches_as_the_run_does(long_outputs_run, tmp_path):
+    """The run's length limit comes with the export: Hugging Face's default stops at 20
+    tokens; ours run to the model's 38."""
+    from transduce.decoding.search import search
+
+    run, hf_dir = _export_with(long_outputs_run, tmp_path, beam_size=1)
+    longest = 0
+    for src, theirs in _docs_generate(hf_dir, SOURCES):
+        [ours] = search(run.model, src, run.config.decode)
+        assert theirs == [*ours[0].tokens, run.model.config.eos_id]
+        longest = max(longest, len(ours[0].tokens))
+    assert longest > 20
+
+
+@pytest.mark.parametrize("stopping", ["early", "exact"])
+def test_the_exported_beam_search_is_the_runs(run_dir, tmp_path, stopping):
+    from transduce.decoding.search import search
+
+    # renormalize: Hugging Face's forced </s> at the length limit costs nothing, as ours then
+    run, hf_dir = _export_with(run_dir, tmp_path, beam_size=3, length_normalization="power",
+                               length_penalty=1.2, min_len=2, stopping=stopping,
+                               max_len_a=0.0, max_len_b=9, renormalize=True)
+    generation = json.loads((hf_dir / "generation_config.json").read_text())
+    assert generation["num_beams"] == 3 and generation["length_penalty"] == 1.2
+    assert generation["max_new_tokens"] == 10 and generation["min_length"] == 3
+    assert generation["early_stopping"] == ("never" if stopping == "exact" else False)
+    for src, theirs in _docs_generate(hf_dir, SOURCES):
+        [ours] = search(run.model, src, run.config.decode)
+        assert theirs[:len(theirs) - theirs[::-1].index(3)] == [*ours[0].tokens, 3]
+    assert main(["import", "marian", str(hf_dir), "--out", str(tmp_path / "back")]) == 0
+    assert load_run(tmp_path / "back").config.decode == run.config.decode  # and back
+
+
+def test_ctranslate2_with_the_exported_options_searches_as_the_run_does(long_outputs_run,
+                                                                        tmp_path):
+    """translate_options.json: with it, CTranslate2 stops where the run stops (its default, 256
+    tokens, runs past this model's 40 positions and fails)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from transduce.decoding.search import search
+
+    out = tmp_path / "ct2"
+    assert main(["export", str(long_outputs_run), "--to", "ctranslate2", "--out", str(out)]
+                ) == 0
+    options = json.loads((out / "translate_options.json").read_text())
+    run = load_run(long_outputs_run)
+    translator = ctranslate2.Translator(str(out))
+    tokenizer = run.tokenizers
+    longest = 0
+    for sentence in SOURCES:
+        ids = [*tokenizer.src.encode(sentence), run.model.config.eos_id]
+        theirs = translator.translate_batch([tokenizer.src.pieces(ids)], **{
+            **options, "beam_size": 1})[0].hypotheses[0]
+        [ours] = search(run.model, torch.tensor([ids]), run.config.decode.__class__(
+            **{**run.config.decode.__dict__, "beam_size": 1}))
+        assert theirs == tokenizer.tgt.pieces(ours[0].tokens)
+        longest = max(longest, len(ours[0].tokens))
+    assert longest > 20

@@ -10,7 +10,9 @@
         README.md
 
 Argos translates each sentence with CTranslate2 (beam 4 by default, ARGOS_BEAM_SIZE=1 for
-greedy search) and joins the pieces back into text.
+greedy search) and joins the pieces back into text. A package has no place for search
+settings: Argos uses its own (its environment variables, a length penalty of 0.2, at most 256
+tokens); the run's are in model/translate_options.json for a program that runs the model itself.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
 from transduce.export.ctranslate2 import save_ctranslate2
 from transduce.model.transformer import Transformer
@@ -32,7 +35,8 @@ ARGOS_VERSION = "1.9.0"  # the oldest Argos Translate whose package format this 
 
 def save_argos(model: Transformer, tokenizers: Tokenizers, out_path: Path, *,
                from_code: str, to_code: str, from_name: str | None = None,
-               to_name: str | None = None, quantization: str | None = None) -> Path:
+               to_name: str | None = None, quantization: str | None = None,
+               decode: DecodeConfig | None = None) -> Path:
     """Write the Argos Translate package `out_path` (a .argosmodel zip file)."""
     if tokenizers.src.kind not in ("sentencepiece", "marian"):
         raise UserError("an Argos package needs a SentencePiece tokenizer (data.tokenizer bpe "
@@ -45,7 +49,8 @@ def save_argos(model: Transformer, tokenizers: Tokenizers, out_path: Path, *,
     with tempfile.TemporaryDirectory() as tmp:
         package = Path(tmp) / top
         package.mkdir()
-        save_ctranslate2(model, tokenizers, package / "model", quantization=quantization)
+        save_ctranslate2(model, tokenizers, package / "model", quantization=quantization,
+                         decode=decode)
         config_path = package / "model" / "config.json"
         config = json.loads(config_path.read_text())
         config["add_source_eos"] = True

@@ -6,17 +6,20 @@ CTranslate2's Marian loader follows Marian-NMT's conventions, not ours: it start
 from a zero vector (we start from the <bos> embedding) and drops a trailing <pad> row that our
 vocabulary does not have; its Pegasus loader starts from <pad>. While converting, both are
 replaced by one that keeps everything else (pre-norm or not, no embedding LayerNorm) and starts
-from <bos> with the whole vocabulary.
+from <bos> with the whole vocabulary. The run's search settings go beside the model, in
+translate_options.json: `translator.translate_batch(batch, **options)` searches as the run does.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
-from transduce.export.marian import huggingface_types, save_huggingface
+from transduce.export.marian import huggingface_types, longest_output, save_huggingface
 from transduce.model.transformer import Transformer
 
 
@@ -72,9 +75,29 @@ def never_output(projection, bad_words_ids: list[list[int]]) -> None:
     projection.bias = bias
 
 
+OPTIONS = "translate_options.json"  # the run's search, as translate_batch's keyword arguments
+
+
+def translate_options(decode: DecodeConfig, max_positions: int) -> dict:
+    """`decode` as `ctranslate2.Translator.translate_batch` keyword arguments, which a CTranslate2
+    model directory has no place for (so they are written beside it, OPTIONS): its
+    max_decoding_length counts the tokens before </s> (and its default, 256, runs past a model
+    of fewer positions), its length_penalty divides by length ** alpha, our `power`
+    normalisation. It has no a * length + b limit (the model's maximum stands for it), no `gnmt`
+    normalisation and no renormalisation."""
+    options = dict(beam_size=decode.beam_size,
+                   max_decoding_length=longest_output(decode, max_positions),
+                   min_decoding_length=decode.min_len, max_input_length=max_positions)
+    if decode.length_normalization == "power":
+        options["length_penalty"] = decode.length_penalty
+    return options
+
+
 def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
-                     quantization: str | None = None, hf_dir: Path | None = None) -> Path:
-    """A CTranslate2 model directory (quantization: None for fp32, "int8", ...)."""
+                     quantization: str | None = None, hf_dir: Path | None = None,
+                     decode: DecodeConfig | None = None) -> Path:
+    """A CTranslate2 model directory (quantization: None for fp32, "int8", ...), with the search
+    settings of `decode` (or the defaults) in OPTIONS."""
     config_type, model_type = huggingface_types(model)
     ct2, loader = _loader(model_type.__name__, model.config.norm_first)
     config = config_type.__name__  # the converter picks its loader by it
@@ -87,4 +110,6 @@ def save_ctranslate2(model: Transformer, tokenizers: Tokenizers, out_dir: Path, 
                                                        force=True)
         finally:
             ct2._MODEL_LOADERS[config] = original
+    options = translate_options(decode or DecodeConfig(), model.config.max_positions)
+    (Path(out_dir) / OPTIONS).write_text(json.dumps(options, indent=2) + "\n")
     return Path(out_dir)

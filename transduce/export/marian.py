@@ -141,6 +141,30 @@ def to_huggingface(model: Transformer):
     return hf
 
 
+def longest_output(decode: DecodeConfig, max_positions: int) -> int:
+    """The most tokens before </s> an output of any source may have under `decode`: a * length
+    + b grows with the source, which no fixed limit can say, so then the model's maximum (as
+    our search clamps it: max_positions - 2)."""
+    most = max_positions - 2
+    return min(decode.max_len_b, most) if decode.max_len_a == 0 else most
+
+
+def search_settings(decode: DecodeConfig, max_positions: int) -> dict:
+    """`decode` as Hugging Face generation settings: max_new_tokens counts the </s> that our
+    search forces at the limit (forced_eos_token_id), min_length the decoder's start token;
+    its length_penalty divides by length ** alpha, our `power` normalisation (for `gnmt` the
+    default, 1.0, is the nearest); early_stopping False is its heuristic, our `early`, and
+    "never" its exact search."""
+    settings = dict(num_beams=decode.beam_size, renormalize_logits=decode.renormalize,
+                    max_new_tokens=longest_output(decode, max_positions) + 1,
+                    min_length=decode.min_len + 1)
+    if decode.beam_size > 1:  # Hugging Face refuses beam settings for a greedy search
+        settings["early_stopping"] = "never" if decode.stopping == "exact" else False
+        if decode.length_normalization == "power":
+            settings["length_penalty"] = decode.length_penalty
+    return settings
+
+
 def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path, *,
                      decode: DecodeConfig | None = None, languages: tuple[str, str] | None = None,
                      ) -> Path:
@@ -172,12 +196,10 @@ def save_huggingface(model: Transformer, tokenizers: Tokenizers, out_dir: Path, 
     hf = to_huggingface(model)
     c = model.config
     generation = dict(decoder_start_token_id=c.bos_id, eos_token_id=c.eos_id,
-                      pad_token_id=c.pad_id, bos_token_id=c.bos_id,
+                      pad_token_id=c.pad_id, bos_token_id=c.bos_id, forced_eos_token_id=c.eos_id,
                       bad_words_ids=[[i] for i in sorted({c.pad_id, c.bos_id})])
     if decode is not None:
-        generation.update(num_beams=decode.beam_size, renormalize_logits=decode.renormalize)
-        if decode.length_normalization == "power":
-            generation["length_penalty"] = decode.length_penalty
+        generation.update(search_settings(decode, c.max_positions))
     hf.generation_config = GenerationConfig(**generation)
     hf.save_pretrained(out_dir)
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))

@@ -278,9 +278,13 @@ def _decode_config(directory: Path) -> DecodeConfig:
     """The model's own search settings (generation_config.json), in our terms: Hugging Face
     divides a beam's score by its length to the power length_penalty."""
     generation = _json(directory / "generation_config.json") or _json(directory / "config.json")
-    # max_length counts the decoder's start token, and a forced </s> takes the last place
-    max_length = int(generation.get("max_length") or 512)
-    longest = max_length - 1 - (generation.get("forced_eos_token_id") is not None)
+    # max_length counts the decoder's start token (max_new_tokens does not), and a forced </s>
+    # takes the last place; min_length counts the start token too
+    forced = generation.get("forced_eos_token_id") is not None
+    if generation.get("max_new_tokens"):
+        longest = int(generation["max_new_tokens"]) - forced
+    else:
+        longest = int(generation.get("max_length") or 512) - 1 - forced
     bad_words = generation.get("bad_words_ids") or []
     never = {generation.get("pad_token_id"), generation.get("decoder_start_token_id")}
     if any(len(words) != 1 or words[0] not in never for words in bad_words):
@@ -289,5 +293,7 @@ def _decode_config(directory: Path) -> DecodeConfig:
     return DecodeConfig(beam_size=int(generation.get("num_beams") or 1),
                         length_penalty=float(generation.get("length_penalty", 1.0)),
                         length_normalization="power", max_len_a=0.0, max_len_b=longest,
-                        min_len=int(generation.get("min_length") or 0),
+                        min_len=max(0, int(generation.get("min_length") or 0) - 1),
+                        stopping="exact" if generation.get("early_stopping") == "never"
+                        else "early",
                         renormalize=bool(generation.get("renormalize_logits", False)))
