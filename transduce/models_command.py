@@ -27,6 +27,11 @@ def add_import_options(parser: argparse.ArgumentParser) -> None:
                              "(e.g. Helsinki-NLP/opus-mt-en-de)")
     marian.add_argument("--out", required=True, metavar="RUN_DIR",
                         help="the run directory to write (absent or empty)")
+    marian.add_argument("--src-lang", metavar="CODE",
+                        help="the source language (en, de, ...; default: what the model says "
+                             "in its tokenizer_config.json or its name, opus-mt-en-de)")
+    marian.add_argument("--tgt-lang", metavar="CODE",
+                        help="the target language (default: as --src-lang)")
 
 
 def _quiet_transformers() -> None:
@@ -42,7 +47,8 @@ def import_model(args: argparse.Namespace) -> None:
     from transduce.importers.marian import import_marian
 
     _quiet_transformers()
-    out = import_marian(args.source, Path(args.out))
+    out = import_marian(args.source, Path(args.out), src_lang=args.src_lang,
+                        tgt_lang=args.tgt_lang)
     print(f"imported {args.source} -> {out}")
 
 

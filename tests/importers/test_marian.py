@@ -4,12 +4,14 @@ translates in transduce as in Hugging Face, and exports back unchanged."""
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from transduce.cli import main
 from transduce.decoding.search import search
 from transduce.errors import UserError
 from transduce.runs.load import load_run
@@ -231,3 +233,46 @@ def test_a_damaged_directory_is_one_line_naming_the_file(opus, tmp_path, fault, 
     assert done.stderr.count("\n") == 1 and named in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _without_languages(directory, to):
+    """A copy of the model whose tokenizer_config.json names no languages."""
+    shutil.copytree(directory, to)
+    config = json.loads((to / "tokenizer_config.json").read_text())
+    config.pop("source_lang", None), config.pop("target_lang", None)
+    (to / "tokenizer_config.json").write_text(json.dumps(config))
+    return to
+
+
+def test_an_import_names_its_languages_or_asks_for_them(opus, tmp_path, capsys):
+    from transduce.runs.load import read_config
+
+    named = _without_languages(opus[0], tmp_path / "opus-mt-fr-es")
+    assert main(["import", "marian", str(named), "--out", str(tmp_path / "a")]) == 0
+    assert (read_config(tmp_path / "a").data.src_lang,
+            read_config(tmp_path / "a").data.tgt_lang) == ("fr", "es")  # from its name
+    unnamed = _without_languages(opus[0], tmp_path / "model")
+    assert main(["import", "marian", str(unnamed), "--out", str(tmp_path / "b")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "does not say which languages" in line and "--src-lang" in line
+    assert not (tmp_path / "b").exists()  # refused before anything was written
+    assert main(["import", "marian", str(unnamed), "--out", str(tmp_path / "b"),
+                 "--src-lang", "en", "--tgt-lang", "it"]) == 0
+    assert read_config(tmp_path / "b").data.tgt_lang == "it"
+    assert main(["import", "marian", str(unnamed), "--out", str(tmp_path / "c"),
+                 "--src-lang", "english", "--tgt-lang", "it"]) == 2
+    assert "--src-lang english: not a language code" in capsys.readouterr().err
+
+
+def test_the_argos_export_of_an_import_names_its_real_languages(opus, tmp_path):
+    import zipfile
+
+    unnamed = _without_languages(opus[0], tmp_path / "model")
+    assert main(["import", "marian", str(unnamed), "--out", str(tmp_path / "run"),
+                 "--src-lang", "en", "--tgt-lang", "it"]) == 0
+    assert main(["export", str(tmp_path / "run"), "--to", "argos", "--out",
+                 str(tmp_path / "en_it.argosmodel")]) == 0
+    with zipfile.ZipFile(tmp_path / "en_it.argosmodel") as archive:
+        [meta] = [n for n in archive.namelist() if n.endswith("/metadata.json")]
+        metadata = json.loads(archive.read(meta))
+    assert (metadata["from_name"], metadata["to_name"]) == ("English", "Italian")

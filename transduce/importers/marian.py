@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,9 +43,11 @@ CHECKPOINT = "imported"  # the checkpoint an imported run's weights are in
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 
 
-def import_marian(source: str | Path, out_dir: Path) -> Path:
+def import_marian(source: str | Path, out_dir: Path, *, src_lang: str | None = None,
+                  tgt_lang: str | None = None) -> Path:
     """Write the run directory `out_dir` (absent or empty) for the Marian model `source`: a
-    local OPUS-MT directory or a Hugging Face hub id. Returns `out_dir`."""
+    local OPUS-MT directory or a Hugging Face hub id. Its languages are `src_lang` and
+    `tgt_lang`, or what the model says (`languages`). Returns `out_dir`."""
     out_dir = Path(out_dir)
     holder = in_use(out_dir)
     if holder:
@@ -54,13 +57,15 @@ def import_marian(source: str | Path, out_dir: Path) -> Path:
         raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
                         "directory")
     directory = _local_copy(source)
+    languages = model_languages(source, directory, src_lang, tgt_lang)
     hf_config, hf = _read_model(directory)
     tokenizers = _read_tokenizers(directory, hf_config)
     model_config = _model_config(hf_config, tokenizers)
     model = Transformer(model_config).eval()
     ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
     config = Config(model=ModelSection.of(model_config),
-                    data=_data_config(directory), decode=_decode_config(directory))
+                    data=DataConfig(src_lang=languages[0], tgt_lang=languages[1]),
+                    decode=_decode_config(directory))
     claim = NewRun(out_dir, check=False, what="--out", command="transduce import")
     if any(c.name != LOCK_NAME for c in out_dir.iterdir()):  # another began meanwhile
         claim.give_up()
@@ -267,11 +272,28 @@ def _weights(hf, config: ModelConfig) -> dict[str, torch.Tensor]:
     return {k: v.detach().float().contiguous().clone() for k, v in state.items()}
 
 
-def _data_config(directory: Path) -> DataConfig:
-    tokenizer_config = _json(directory / "tokenizer_config.json")
-    src = tokenizer_config.get("source_lang") or "src"
-    tgt = tokenizer_config.get("target_lang") or "tgt"
-    return DataConfig(src_lang=str(src), tgt_lang=str(tgt))
+_CODE = r"[a-z]{2,3}(?:[_-][A-Za-z0-9]+)?"  # en, deu, pt_br, zh-Hans: an ISO 639 code
+_NAMED = re.compile(rf"opus-mt-(?:tc-(?:big|base)-)?({_CODE})-({_CODE})")
+
+
+def model_languages(source: str | Path, directory: Path, src_lang: str | None,
+                    tgt_lang: str | None) -> tuple[str, str]:
+    """The (source, target) language codes of a Marian model: those given, else those its
+    tokenizer_config.json names (source_lang, target_lang), else those of its name
+    (Helsinki-NLP/opus-mt-en-de, a directory opus-mt-en-de); a UserError asking for them when
+    none of these says (a multilingual model, en-ROMANCE, names groups, not languages)."""
+    config = _json(directory / "tokenizer_config.json")
+    named = _NAMED.fullmatch(Path(str(source)).name) or _NAMED.fullmatch(directory.name)
+    found = [src_lang or config.get("source_lang") or (named and named[1]),
+             tgt_lang or config.get("target_lang") or (named and named[2])]
+    for code, flag in zip(found, ("--src-lang", "--tgt-lang"), strict=True):
+        if code and not re.fullmatch(_CODE, str(code)):
+            raise UserError(f"{flag} {code}: not a language code (en, de, pt_br, ...)")
+    if not all(found):
+        raise UserError(f"{source}: the model does not say which languages it translates; "
+                        "name them: --src-lang CODE --tgt-lang CODE (e.g. --src-lang en "
+                        "--tgt-lang de)")
+    return str(found[0]), str(found[1])
 
 
 def _decode_config(directory: Path) -> DecodeConfig:
