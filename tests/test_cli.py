@@ -32,8 +32,43 @@ def test_prepare_with_a_missing_file_is_one_line(tmp_path):
                              "--train-src", "missing.en", "--train-tgt", "missing.de"],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == "transduce: error: missing.en: no such file"
+    assert result.stderr.strip().splitlines() == [
+        "transduce: error: --train-src missing.en: no such file"]  # before any work
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_prepare_refuses_a_corpus_filtered_to_nothing_and_leaves_nothing(tmp_path, capsys,
+                                                                         existing):
+    (tmp_path / "a.en").write_text("one\n" * 50)
+    (tmp_path / "a.de").write_text("this is a much longer sentence than its source\n" * 50)
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    assert main(["prepare", "--out", str(out), "--dataset", "null", "--train-src",
+                 str(tmp_path / "a.en"), "--train-tgt", str(tmp_path / "a.de"), "--tokenizer",
+                 "word", "--max-length-ratio", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "no training pairs: train: kept 0 of 50 pairs; skipped 50 length ratio" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] if existing else (
+        not out.exists())
+
+
+def test_the_model_line_names_a_preset_only_when_the_model_is_one(tmp_path, caplog):
+    from transduce.config import load_config
+    from transduce.training.start import start_run
+
+    from .training.test_trainer import FAST
+
+    caplog.set_level("INFO")
+    start_run(load_config(overrides=[*FAST, "train.max_updates=1"]), tmp_path / "a").train()
+    assert "(its own shape: D=32" in caplog.text  # FAST's tiny model is narrower than tiny
+    caplog.clear()
+    start_run(load_config(overrides=["model.preset=tiny", "data.numbers_train_size=300",
+                                     "train.max_updates=1", "train.validate_every=0",
+                                     "train.bleu=false"]), tmp_path / "b").train()
+    assert "(tiny preset: D=128" in caplog.text
 
 
 def test_null_unsets_an_optional_setting(tmp_path, capsys):

@@ -178,3 +178,31 @@ def test_a_translation_with_a_line_break_is_written_as_one_line(text):
     assert translate_command.one_line(text).splitlines() == ([] if not text.strip() else
                                                              [translate_command.one_line(text)])
     assert "\n" not in translate_command.one_line(text)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--nbest", "3"], "--nbest 3 needs a beam at least as large"),
+    (["--attention", "MAPS", "--layer", "7"], "--layer 7: the model has 2 decoder layers")])
+def test_options_that_depend_on_the_run_are_refused_before_the_model_loads(
+        run_dir, text, tmp_path, capsys, monkeypatch, options, message):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(Translator, "load", never)
+    options = [str(tmp_path / "maps") if o == "MAPS" else o for o in options]
+    code, err = _run(["translate", "--model", str(run_dir), "-i", str(text), *options], capsys)
+    assert code == 2 and message in err, err
+
+
+def test_an_output_under_a_file_names_the_file(run_dir, text, tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    code, err = _run(["translate", "--model", str(run_dir), "-i", str(text), "-o",
+                      str(tmp_path / "afile" / "out.de")], capsys)
+    assert code == 2 and f"{tmp_path / 'afile'} is a file, not a directory" in err, err
+
+
+def test_the_stopping_help_names_its_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "STOPPING" not in help_text and '"early" or "exact"' in help_text

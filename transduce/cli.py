@@ -39,8 +39,10 @@ def _params(args: argparse.Namespace) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> None:
+    import shutil
+
     from transduce.data.batching import TokenBatches
-    from transduce.data.prepare import prepare
+    from transduce.data.prepare import check_files, prepare
 
     fields = {f.name for f in dataclasses.fields(DataConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields}
@@ -51,9 +53,20 @@ def _prepare(args: argparse.Namespace) -> None:
     if holds_run(out) or (out / "config.yaml").is_file():
         raise UserError(f"--out {out} is a run directory of transduce train; preparing into it "
                         "would replace the tokenizer its model was trained with: pick another")
+    check_files(config, flag=lambda key: f"--{key.replace('_', '-')}")
+    existed = set(out.iterdir()) if out.is_dir() else None
     check_writable(out, what="--out")
     start = time.perf_counter()
-    data = prepare(config, out)
+    try:
+        data = prepare(config, out)
+        data.check_not_empty()
+    except BaseException:  # an error or Ctrl-C: take away what this command made
+        if existed is None:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for made in set(out.iterdir()) - existed:
+                shutil.rmtree(made) if made.is_dir() else made.unlink()
+        raise
     tok = data.tokenizers
     vocab = (f"{tok.src.vocab_size:,} shared" if tok.shared
              else f"{tok.src.vocab_size:,} source / {tok.tgt.vocab_size:,} target")

@@ -165,23 +165,33 @@ def _flag(name: str) -> str:
     return FLAGS.get(name, [f"--{name.replace('_', '-')}"])[0]
 
 
-def search_options(args: argparse.Namespace, translator: Translator) -> dict:
-    """The search settings the options give, checked against the loaded model."""
-    options = decode_options(args)
-    beam = options.get("beam_size", translator.decode.beam_size)
+def check_against_run(args: argparse.Namespace) -> None:
+    """The options that depend on the run (its beam size, its decoder's layers), checked
+    against its config.yaml before the model is loaded."""
+    from transduce.model.config import PRESETS, ModelConfig
+    from transduce.runs.load import read_config
+
+    config = read_config(Path(args.model[0]))
+    beam = args.beam_size or config.decode.beam_size
     nbest = getattr(args, "nbest", 1)
     if nbest > beam and not getattr(args, "sample", False):
         where = "--beam" if args.beam_size else f"the run's decode.beam_size, {beam}"
         raise UserError(f"--nbest {nbest} needs a beam at least as large ({where}); pass "
                         f"--beam {nbest}")
-    if getattr(args, "sample", False):
-        options.update(sampling=True, temperature=args.temperature or 1.0,
-                       top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=args.seed)
     if getattr(args, "layer", None) is not None:
-        layers = translator.model.config.n_decoder_layers
+        model = {**PRESETS[config.model.preset], **config.model.settings}
+        layers = model.get("n_decoder_layers", ModelConfig.n_decoder_layers)
         if not -layers <= args.layer < layers:
             raise UserError(f"--layer {args.layer}: the model has {layers} decoder layers "
                             f"(0 to {layers - 1}, or -1 to -{layers})")
+
+
+def search_options(args: argparse.Namespace) -> dict:
+    """The search settings the options give: DecodeConfig's fields, and sampling's."""
+    options = decode_options(args)
+    if getattr(args, "sample", False):
+        options.update(sampling=True, temperature=args.temperature or 1.0,
+                       top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=args.seed)
     return options
 
 
@@ -226,8 +236,9 @@ def translate(args: argparse.Namespace) -> int:
         raise UserError(f"-i {args.input}: no such file")
     if args.attention:
         check_writable(Path(args.attention), what="--attention")
+    check_against_run(args)
+    options = search_options(args)
     translator = load_translator(args)
-    options = search_options(args, translator)
     if args.interactive:
         return _interactive(translator, options)
     if not args.input and sys.stdin.isatty():
@@ -312,8 +323,9 @@ def evaluate(args: argparse.Namespace) -> int:
     if len(sources) != len(references):
         raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.ref} "
                         f"has {len(references)}")
+    check_against_run(args)
+    options = search_options(args)
     translator = load_translator(args)
-    options = search_options(args, translator)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(), **options)
     seconds = time.perf_counter() - start

@@ -176,3 +176,11 @@ def test_a_request_over_the_timeout_gets_a_503_and_the_server_goes_on(translator
         assert response.json() == {"error": "Translation took longer than 1e-06 s; try again "
                                             "later"}
         assert client.get("/health").status_code == 200
+
+
+def test_too_many_texts_is_named_as_such(client):
+    response = client.post("/translate", json={"q": ["seven"] * 11, "source": "en",
+                                               "target": "de"})
+    assert response.status_code == 400
+    assert response.json()["error"] == ("Invalid request: request (11 texts) exceeds the limit "
+                                        "of texts per request (10)")

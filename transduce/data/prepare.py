@@ -36,6 +36,18 @@ def corpus(config: DataConfig, split: str):
     return None
 
 
+FILES = [f"{split}_{side}" for split in ("train", "valid") for side in ("src", "tgt", "tsv")]
+
+
+def check_files(config: DataConfig, flag=lambda key: f"data.{key}") -> None:
+    """A UserError naming the setting (`flag(key)`) of the first corpus file that is not there,
+    before minutes go into learning a vocabulary from the others."""
+    for key in FILES:
+        path = getattr(config, key)
+        if path and config.dataset is None and not Path(path).is_file():
+            raise UserError(f"{flag(key)} {path}: no such file")
+
+
 @dataclass
 class PreparedData:
     tokenizers: Tokenizers
@@ -73,6 +85,7 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
     """
     limit = None if max_positions is None else max_positions - 1  # room for <bos>/<eos>
     directory = Path(directory)
+    check_files(config)
     train_corpus, valid_corpus = corpus(config, "train"), corpus(config, "valid")
     if tokenizers is None:
         log.info("learning a %s vocabulary of %s from %s", config.tokenizer,

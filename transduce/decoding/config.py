@@ -23,7 +23,7 @@ class DecodeConfig:
     # "early" when no live beam scores better than the worst of them at its current length (as
     # Hugging Face generate() by default, CTranslate2, fairseq); "exact" only when no live beam
     # could beat it even at the maximum length (provably the best under the length penalty)
-    stopping: str = "early"  # one of STOPPING; exact takes about twice as long
+    stopping: str = "early"  # "early" or "exact", as above; exact takes about twice as long
     max_len_a: float = 1.0  # an output has at most a * source length + b tokens
     max_len_b: int = 50  # ... (b of the limit above)
     min_len: int = 1  # tokens before <eos> is allowed

@@ -121,8 +121,8 @@ def _alternatives(value, limit: int) -> int:
 
 def _check_size(texts: list[str], max_texts: int, max_chars: int) -> None:
     if max_texts != -1 and len(texts) > max_texts:
-        raise ApiError(400, f"Invalid request: request ({len(texts)}) exceeds text limit "
-                            f"({max_texts})")
+        raise ApiError(400, f"Invalid request: request ({len(texts)} texts) exceeds the "
+                            f"limit of texts per request ({max_texts})")
     chars = sum(map(len, texts))
     if max_chars != -1 and chars > max_chars:
         raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit "
