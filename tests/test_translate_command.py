@@ -206,3 +206,28 @@ def test_the_stopping_help_names_its_choices(capsys):
         main(["translate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "STOPPING" not in help_text and '"early" or "exact"' in help_text
+
+
+def test_ctrl_c_within_a_chunk_keeps_every_line_finished_before_it(run_dir, tmp_path, capsys,
+                                                                   monkeypatch):
+    """Lines are written as they finish, not a chunk at a time: a file shorter than a chunk
+    interrupted halfway keeps its first half."""
+    from transduce.decoding import translator as module
+
+    lines = [f"line {i}" for i in range(7)]  # one token count: batched in input order
+    (tmp_path / "in.txt").write_text("".join(x + "\n" for x in lines))
+    real, calls = module.search, []
+
+    def interrupted_in_the_fifth_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "search", interrupted_in_the_fifth_batch)
+    out = tmp_path / "out.txt"
+    code, err = _run(["translate", "--model", str(run_dir), "-i", str(tmp_path / "in.txt"),
+                      "--max-tokens", "4", "-o", str(out)], capsys)  # one line a batch
+    assert code == 130 and "the first 4 of 7 translations are in" in err, err
+    monkeypatch.setattr(module, "search", real)
+    assert out.read_text().splitlines() == Translator.load(run_dir).translate(lines[:4])

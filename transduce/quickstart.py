@@ -57,8 +57,13 @@ def quickstart(run_dir: Path, overrides: list[str] = (), *, examples: int = 8) -
     run_dir = Path(run_dir)
     config = load_config(quickstart_config_path(), list(overrides))
     start = time.perf_counter()
-    _trainer(config, run_dir, overrides).train()
+    trainer = _trainer(config, run_dir, overrides)
+    trainer.train()
     train_seconds = time.perf_counter() - start
+    if trainer.interrupted:  # Ctrl-C or SIGTERM: stop, not evaluate a half-trained model
+        kept = (f"run `transduce quickstart --run-dir {run_dir}` again to go on from update "
+                f"{trainer.progress.update}" if holds_run(run_dir) else "nothing was kept")
+        raise KeyboardInterrupt(f"quickstart stopped while training; {kept}")
 
     translator = Translator.load(run_dir)
     pairs = list(corpus(config.data, "test").pairs())

@@ -16,9 +16,9 @@ from transduce.options import add_config_options
 from transduce.decoding.config import DTYPES, LENGTH_NORMALIZATIONS, STOPPING, DecodeConfig
 
 if typing.TYPE_CHECKING:
-    from transduce.decoding.translator import Translator
+    from transduce.decoding.translator import Translation, Translator
 
-CHUNK = 2000  # input lines translated and written at a time: what Ctrl-C keeps
+CHUNK = 500  # input lines sorted by length and batched together: Ctrl-C loses at most these
 INTERRUPTED = 130
 FIELDS = [f.name for f in dataclasses.fields(DecodeConfig)]  # each a search option, named
 FLAGS = {"beam_size": ["--beam"], "length_penalty": ["--lenpen"]}  # ... as it always was
@@ -250,26 +250,36 @@ def translate(args: argparse.Namespace) -> int:
 
 def _translate_lines(lines: list[str], translator: Translator, options: dict,
                      args: argparse.Namespace, output: Path | None) -> int:
-    """Translate and write chunk by chunk, in input order, so that an interrupted run keeps
-    every translation finished before it."""
+    """Translate CHUNK lines at a time (sorted by length within a chunk, for full batches),
+    writing each translation the moment it and every line before it are finished: an
+    interrupted run keeps every finished line up to the first unfinished one, in order."""
     from tqdm import tqdm
 
     out = open(output, "w", encoding="utf-8") if output else sys.stdout
     bar = tqdm(total=len(lines), unit="sent", disable=not (args.input and sys.stderr.isatty()))
-    done, maps = 0, 0
+    written, maps = 0, 0
+    finished: dict[int, Translation] = {}  # by line, until every line before is written
+
+    def write(n: int, result: Translation) -> None:
+        nonlocal written
+        finished[n] = result
+        while written in finished:
+            result = finished.pop(written)
+            if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
+                out.writelines(f"{written} ||| {one_line(text)} ||| {score:.4f}\n"
+                               for text, score in result.nbest)
+            else:
+                out.write(one_line(result.text) + "\n")
+            written += 1
+        out.flush()
+        bar.update(1)
+
     try:
         for first in range(0, len(lines), CHUNK):
-            results = translator.translate_detailed(lines[first:first + CHUNK], nbest=args.nbest,
-                                                    attention=bool(args.attention), **options)
-            for n, result in enumerate(results, start=first):
-                if args.nbest > 1:  # Moses n-best format: id ||| translation ||| score
-                    out.writelines(f"{n} ||| {one_line(text)} ||| {score:.4f}\n"
-                                   for text, score in result.nbest)
-                else:
-                    out.write(one_line(result.text) + "\n")
-            out.flush()
-            done += len(results)
-            bar.update(len(results))
+            results = translator.translate_detailed(
+                lines[first:first + CHUNK], nbest=args.nbest, attention=bool(args.attention),
+                on_translation=lambda i, result, first=first: write(first + i, result),
+                **options)
             if args.attention:
                 from transduce.visualize.attention import save_attention_maps
 
@@ -279,8 +289,8 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
     except KeyboardInterrupt:
         bar.close()
         where = f"in {output}" if output else "written"
-        print(f"transduce: interrupted: the first {done:,} of {len(lines):,} translations are "
-              f"{where}", file=sys.stderr)
+        print(f"transduce: interrupted: the first {written:,} of {len(lines):,} translations "
+              f"are {where}", file=sys.stderr)
         return INTERRUPTED
     finally:
         bar.close()
