@@ -9,4 +9,6 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
     >/dev/null || echo "could not install chromium: the browser test will be skipped" >&2
 fi
+# lint first: a style error fails in seconds, before a half-hour suite
+"${TRANSDUCE_VENV:-.venv}/bin/ruff" check transduce tests benchmarks docs
 exec "${TRANSDUCE_VENV:-.venv}/bin/python" -m pytest "$@"

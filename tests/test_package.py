@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the sdist and wheel and installs them
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

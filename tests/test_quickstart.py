@@ -1,7 +1,11 @@
 """`transduce quickstart` end to end, reduced to a few updates, and the plot commands."""
 
+import pytest
+
 from transduce.cli import main
 from transduce.quickstart import quickstart
+
+pytestmark = pytest.mark.slow  # runs the quickstart
 
 
 def test_quickstart_runs_end_to_end_and_draws_attention(tmp_path, capsys):

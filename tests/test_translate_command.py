@@ -231,3 +231,12 @@ def test_ctrl_c_within_a_chunk_keeps_every_line_finished_before_it(run_dir, tmp_
     assert code == 130 and "the first 4 of 7 translations are in" in err, err
     monkeypatch.setattr(module, "search", real)
     assert out.read_text().splitlines() == Translator.load(run_dir).translate(lines[:4])
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "serve"])
+def test_compile_with_int8_is_refused_before_loading(command, tmp_path, capsys):
+    io = {"evaluate": ["--src", "S", "--ref", "R"]}.get(command, [])
+    code, err = _run([command, "--model", str(tmp_path / "no-run-here"), *io, "--compile",
+                      "--dtype", "int8"], capsys)  # refused before the run is even looked at
+    assert code == 2 and "--compile and --dtype int8 do not go together" in err, err
+    assert len(err.strip().splitlines()) == 1

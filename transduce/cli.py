@@ -14,15 +14,14 @@ import time
 import typing
 from pathlib import Path
 
-from transduce import __version__, runtime
+from transduce import __version__, models_command, runtime, serve_command, translate_command
 from transduce.config import load_config
 from transduce.data.config import TOKENIZERS, DataConfig
 from transduce.data.datasets import DATASETS
 from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
-from transduce.options import add_config_options
 from transduce.model import PRESETS, ModelConfig, Transformer
-from transduce import models_command, serve_command, translate_command
+from transduce.options import add_config_options
 from transduce.runs.claim import holds_run
 from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
 
@@ -157,8 +156,7 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 
 def _average(args: argparse.Namespace) -> None:
-    from transduce.runs.checkpoint import (average_checkpoints, checkpoint_dir,
-                                           update_checkpoints)
+    from transduce.runs.checkpoint import average_checkpoints, checkpoint_dir, update_checkpoints
     from transduce.runs.lock import RunLock
 
     run_dir = Path(args.run_dir)

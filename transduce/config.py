@@ -24,9 +24,9 @@ from pathlib import Path
 import yaml
 
 from transduce.data.config import DataConfig
+from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
 from transduce.model.config import PRESETS, ModelConfig
-from transduce.decoding.config import DecodeConfig
 from transduce.training.config import TrainConfig
 
 _FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size", "unk_id", "pad_id", "bos_id", "eos_id")

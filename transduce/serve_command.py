@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from transduce.errors import UserError
-from transduce.translate_command import add_device_options, at_least
+from transduce.translate_command import add_device_options, at_least, check_device_options
 
 log = logging.getLogger("transduce.serve")
 
@@ -67,6 +67,7 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
             from None
+    check_device_options(args)
     limit, window = parse_rate_limit(args.rate_limit) if args.rate_limit else (0, 60.0)
     settings = ServeSettings(
         beam_size=args.beam, max_chars=args.max_chars, max_texts=args.max_texts,

@@ -10,10 +10,10 @@ import time
 import typing
 from pathlib import Path
 
+from transduce.decoding.config import DTYPES, LENGTH_NORMALIZATIONS, STOPPING, DecodeConfig
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
 from transduce.options import add_config_options
-from transduce.decoding.config import DTYPES, LENGTH_NORMALIZATIONS, STOPPING, DecodeConfig
 
 if typing.TYPE_CHECKING:
     from transduce.decoding.translator import Translation, Translator
@@ -119,10 +119,18 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="also write the translations here")
 
 
+def check_device_options(args: argparse.Namespace) -> None:
+    """--device, --dtype and --compile together, before anything is loaded."""
+    if args.compile and args.dtype == "int8":
+        raise UserError("--compile and --dtype int8 do not go together: torch.compile cannot "
+                        "look inside the int8 layers' fbgemm kernels; choose one")
+
+
 def check_translate_options(args: argparse.Namespace) -> None:
     """Values and combinations of options that cannot work: one line each, before anything is
     loaded."""
     decode_options(args)
+    check_device_options(args)
     if args.interactive:
         for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
                             (args.attention, "--attention")):
@@ -197,8 +205,8 @@ def search_options(args: argparse.Namespace) -> dict:
 
 def load_translator(args: argparse.Namespace) -> Translator:
     from transduce.decoding.translator import Translator
-    from transduce.runtime import resolve_device
     from transduce.runs.checkpoint import named_checkpoint
+    from transduce.runtime import resolve_device
 
     resolve_device(args.device, setting="--device")  # before the model is read
     dirs = [Path(m) for m in args.model]
@@ -327,6 +335,7 @@ def evaluate(args: argparse.Namespace) -> int:
     import sacrebleu
 
     decode_options(args)
+    check_device_options(args)
     output = (check_output_file(Path(args.output), what="-o", inputs=(args.src, args.ref))
               if args.output else None)
     sources, references = read_input(args.src), read_input(args.ref)

@@ -4,7 +4,7 @@ import pytest
 
 from transduce.data.corpus import ParallelFiles
 from transduce.data.numbers import NumberWords
-from transduce.data.tokenizer import (SentencePieceTokenizer, Tokenizers, WordTokenizer)
+from transduce.data.tokenizer import SentencePieceTokenizer, Tokenizers, WordTokenizer
 from transduce.errors import DataError
 
 from ..conftest import MULTI30K, needs_multi30k

@@ -7,9 +7,9 @@ import torch
 from transduce.cli import main
 from transduce.config import load_config
 from transduce.data.prepare import corpus
+from transduce.decoding import translator as translator_module
 from transduce.decoding.beam import beam_search
 from transduce.decoding.greedy import greedy_search
-from transduce.decoding import translator as translator_module
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 from transduce.kernels import int8
@@ -69,6 +69,7 @@ def test_a_sentence_is_translated_alike_alone_and_in_a_batch(k):
         assert translate(src[i: i + 1, :width]) == [together[i]]
 
 
+@pytest.mark.slow  # trains the quickstart model for a minute
 def test_the_quickstart_model_translates_held_out_numbers_as_in_float32(quickstart_run):
     config = load_config(quickstart_run / "config.yaml")
     sources = [s for s, _ in corpus(config.data, "test").pairs()]

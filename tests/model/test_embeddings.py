@@ -2,8 +2,12 @@ import math
 
 import torch
 
-from transduce.model.embeddings import (SinusoidalPositions, TransformerEmbedding,
-                                        sinusoidal_encoding, token_embedding)
+from transduce.model.embeddings import (
+    SinusoidalPositions,
+    TransformerEmbedding,
+    sinusoidal_encoding,
+    token_embedding,
+)
 from transduce.model.transformer import Transformer
 
 from ..conftest import small_config

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.training.test_trainer import FAST, _config
 from transduce.cli import main
 from transduce.errors import UserError
 from transduce.quickstart import quickstart
-from tests.training.test_trainer import FAST, _config
 from transduce.training.start import resume_run, start_run
 
 
@@ -81,6 +81,7 @@ def test_a_run_failing_before_its_first_checkpoint_takes_away_what_it_wrote(tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # runs the quickstart twice
 def test_quickstart_twice_goes_on_from_the_first_run(tmp_path, capsys):
     settings = ["train.max_updates=4", "data.numbers_train_size=300", "train.validate_every=0"]
     first = quickstart(tmp_path / "q", settings)

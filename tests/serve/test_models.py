@@ -4,9 +4,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from transduce.cli import main
+from transduce.errors import UserError
 from transduce.serve import ModelSpec, create_app
 from transduce.serve.settings import ServeSettings, parse_rate_limit, read_api_keys
-from transduce.errors import UserError
 
 
 def test_model_specs():

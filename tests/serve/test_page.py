@@ -6,6 +6,8 @@ import pytest
 
 from .test_server import server  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.slow  # drives a real browser
+
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.training.test_trainer import FAST, _config, _weights
 from transduce.runs import checkpoint as ckpt
 from transduce.training.start import start_run
+
+pytestmark = pytest.mark.slow  # trains in several processes
 
 
 def _train(*args, expect=0):

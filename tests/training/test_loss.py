@@ -6,8 +6,12 @@ import torch.nn.functional as F
 
 from transduce import kernels
 from transduce.kernels import loss as loss_module
-from transduce.training.loss import (label_smoothed_cross_entropy, nll_loss,
-                                     projected_label_smoothed_cross_entropy, r_drop_loss)
+from transduce.training.loss import (
+    label_smoothed_cross_entropy,
+    nll_loss,
+    projected_label_smoothed_cross_entropy,
+    r_drop_loss,
+)
 
 PAD = 1
 

@@ -14,6 +14,8 @@ from transduce.runs import checkpoint as ckpt
 
 from .test_trainer import FAST
 
+pytestmark = pytest.mark.slow  # trains in a subprocess per signal and phase
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # 3 updates, validated after the 2nd and at the end
 RUN = [*FAST, "train.max_updates=3", "train.validate_every=2", "train.log_every=1"]

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from transduce.config import load_config
-from transduce.runs import checkpoint as ckpt
 from transduce.errors import UserError
+from transduce.runs import checkpoint as ckpt
 from transduce.training.start import resume_run, start_run
 from transduce.training.trainer import TrainingError
 

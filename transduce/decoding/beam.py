@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transduce.decoding.ranking import top_k
+from transduce.decoding.config import STOPPING
 from transduce.decoding.ensemble import Ensemble, decoder_steps
+from transduce.decoding.ranking import top_k
 from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
-from transduce.decoding.config import STOPPING
 
 
 @dataclass(frozen=True, order=True)

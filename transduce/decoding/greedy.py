@@ -7,8 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from transduce.decoding.ranking import argmax
 from transduce.decoding.ensemble import Ensemble, decoder_steps
+from transduce.decoding.ranking import argmax
 from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
 from transduce.model.transformer import Transformer
 

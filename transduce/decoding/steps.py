@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transduce.model.cache import copy_rows, moved_rows
 from transduce.kernels.linear import writes_into
+from transduce.model.cache import copy_rows, moved_rows
 from transduce.model.transformer import Transformer
 
 

@@ -11,17 +11,17 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from transduce import runtime
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
+from transduce.decoding.config import DTYPES, DecodeConfig
 from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.search import Sampling, search
 from transduce.errors import UserError
 from transduce.model.transformer import Transformer
-from transduce import runtime
-from transduce.runtime import native_bf16, resolve_device
 from transduce.runs.load import load_run
-from transduce.decoding.config import DTYPES, DecodeConfig
+from transduce.runtime import native_bf16, resolve_device
 
 log = logging.getLogger(__name__)
 DECODE_FIELDS = tuple(f.name for f in fields(DecodeConfig))
@@ -77,6 +77,9 @@ class Translator:
         runtime.tune()
         if dtype not in DTYPES:
             raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if compile and dtype == "int8":  # checked here, before any model is read
+            raise UserError("compile and dtype int8 do not go together: torch.compile cannot "
+                            "look inside the int8 layers' fbgemm kernels; choose one")
         many = not isinstance(model_dir, str | Path)
         dirs = [Path(d) for d in model_dir] if many else [Path(model_dir)]
         if not dirs:

@@ -9,7 +9,6 @@ from torch import Tensor
 
 from transduce import kernels
 
-
 FEW_QUERIES = 16  # at most this many per head: a search step's (its k beams' for beam search)
 
 

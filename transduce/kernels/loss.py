@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 _ROWS = 64  # positions per chunk: a chunk of logits stays in cache across the passes over it
 
 

@@ -8,8 +8,12 @@ from torch import Tensor, nn
 from transduce.kernels.linear import Linear
 from transduce.model.cache import DecoderCache
 from transduce.model.config import ModelConfig
-from transduce.model.embeddings import (LearnedPositions, SinusoidalPositions,
-                                        TransformerEmbedding, token_embedding)
+from transduce.model.embeddings import (
+    LearnedPositions,
+    SinusoidalPositions,
+    TransformerEmbedding,
+    token_embedding,
+)
 from transduce.model.layers import DecoderLayer, EncoderLayer
 from transduce.model.masks import padding_mask
 

@@ -18,8 +18,8 @@ from transduce.model.config import PRESETS
 from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
-from transduce.runs.lock import RunLock
 from transduce.runs.load import LoadedRun, check_fits, load_run, read_config
+from transduce.runs.lock import RunLock
 from transduce.training import report
 from transduce.training.devices import training_device
 from transduce.training.distributed import World

@@ -23,8 +23,8 @@ from transduce.model.transformer import Transformer
 from transduce.pauses import pause_point
 from transduce.runs import checkpoint as ckpt
 from transduce.runs.claim import NewRun
-from transduce.runs.lock import RunLock
 from transduce.runs.load import model_config
+from transduce.runs.lock import RunLock
 from transduce.training import report, schedule, state
 from transduce.training.devices import autocast, precision
 from transduce.training.distributed import World
@@ -161,7 +161,7 @@ class Trainer:
                         self.world.from_main(bool(p.history)
                                              and p.history[-1]["update"] == p.update)):
                     self._validate_and_save(records, phase="final validation")
-                if self._interrupts.signal is not None:
+                if any(self.world.gather(self._signalled())):  # one's signal stops them all
                     reason = "interrupted"
                     if not self._stop_interrupted():
                         records.close()
@@ -317,8 +317,8 @@ class Trainer:
                 log.info("interrupted before the first update: removed what this run wrote in "
                          "%s", self.run_dir)
             return False
-        if ckpt.latest_checkpoint(self.run_dir) != ckpt.checkpoint_dir(self.run_dir) / (
-                f"update_{p.update:07d}"):
+        if self.world.from_main(ckpt.latest_checkpoint(self.run_dir) != ckpt.checkpoint_dir(
+                self.run_dir) / f"update_{p.update:07d}"):
             self._save(best=False)
         log.info("interrupted: checkpoint update_%07d written; continue with `transduce train "
                  "--resume %s`", p.update, self.run_dir)

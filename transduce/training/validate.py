@@ -12,9 +12,9 @@ import torch
 from transduce.data.batching import TokenBatches, collate
 from transduce.data.binarize import TokenizedCorpus
 from transduce.data.tokenizer import Tokenizers
+from transduce.decoding.config import DecodeConfig
 from transduce.decoding.search import search
 from transduce.model.transformer import Transformer
-from transduce.decoding.config import DecodeConfig
 from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
 
 
