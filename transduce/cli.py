@@ -16,8 +16,7 @@ from pathlib import Path
 
 from transduce import __version__, models_command, runtime, serve_command, translate_command
 from transduce.config import load_config
-from transduce.data.config import TOKENIZERS, DataConfig
-from transduce.data.datasets import DATASETS
+from transduce.data.config import DATASETS, TOKENIZERS, DataConfig
 from transduce.errors import TrainingError, UserError
 from transduce.files import check_output_file, check_writable
 from transduce.model import PRESETS, ModelConfig, Transformer

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from transduce.data.config import DATASETS
 from transduce.data.corpus import ParallelFiles
 from transduce.data.numbers import NumberWords
 from transduce.errors import DataError
@@ -21,7 +22,6 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 MULTI30K_LANGUAGES = ("en", "de", "fr", "cs")
 MULTI30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2018_flickr",
                    "test_2017_mscoco")
-DATASETS = ("multi30k", "numbers")
 
 
 def default_cache_dir() -> Path:
