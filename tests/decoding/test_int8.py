@@ -17,6 +17,7 @@ from transduce.kernels.int8 import is_int8, quantize_linear_layers
 from transduce.quickstart import quickstart
 
 from ..conftest import random_tokens, small_model
+from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run, quicker)
 
 
 @pytest.fixture(autouse=True)
@@ -83,20 +84,20 @@ def test_the_quickstart_model_translates_held_out_numbers_as_in_float32(quicksta
     assert alone == quantized.translate(sources[:20])
 
 
-def test_translate_and_evaluate_take_dtype_int8(quickstart_run, tmp_path, capsys):
+def test_translate_and_evaluate_take_dtype_int8(run_dir, tmp_path, capsys):  # noqa: F811
     (tmp_path / "src").write_text("seven\nforty-two\n")
     (tmp_path / "ref").write_text("sieben\nzweiundvierzig\n")
-    assert main(["translate", "--model", str(quickstart_run), "--dtype", "int8",
+    assert main(["translate", "--model", str(run_dir), "--dtype", "int8",
                  "-i", str(tmp_path / "src"), "-o", str(tmp_path / "out")]) == 0
-    expected = Translator.load(quickstart_run, dtype="int8").translate(["seven", "forty-two"])
+    expected = Translator.load(run_dir, dtype="int8").translate(["seven", "forty-two"])
     assert (tmp_path / "out").read_text().splitlines() == expected
-    assert main(["evaluate", "--model", str(quickstart_run), "--dtype", "int8",
+    assert main(["evaluate", "--model", str(run_dir), "--dtype", "int8",
                  "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref")]) == 0
     assert "BLEU = " in capsys.readouterr().out
 
 
-def test_int8_is_refused_off_the_cpu(quickstart_run, monkeypatch):
+def test_int8_is_refused_off_the_cpu(run_dir, monkeypatch):  # noqa: F811
     # before anything is loaded, so a CPU-only machine can check it as a GPU one would
     monkeypatch.setattr(translator_module, "resolve_device", lambda *a, **k: torch.device("cuda"))
     with pytest.raises(UserError, match="dtype int8 runs on the CPU, not cuda"):
-        Translator.load(quickstart_run, device="cuda", dtype="int8")
+        Translator.load(run_dir, device="cuda", dtype="int8")

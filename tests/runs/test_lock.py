@@ -16,6 +16,8 @@ from transduce.runs.lock import RunLock, in_use
 from ..training.test_phases import ROOT, _held
 from ..training.test_trainer import FAST
 
+pytestmark = pytest.mark.slow  # trains in subprocesses, two at once
+
 HOLDER = r"is in use by PID (\d+) \((transduce [a-z -]+), started \d\d:\d\d\)"
 
 

@@ -17,6 +17,8 @@ from num2words import num2words
 
 from transduce.cli import main
 
+pytestmark = pytest.mark.slow  # starts real server processes
+
 
 def _free_port() -> int:
     with socket.socket() as s:
