@@ -62,10 +62,14 @@ class ModelSection:
         return cls(cls.preset, {k: v for k, v in dataclasses.asdict(model).items()
                                 if k not in _FROM_TOKENIZER})
 
+    def get(self, name: str):
+        """A ModelConfig field as this section sets it: its own setting, else its preset's,
+        else the field's default (no tokenizer needed)."""
+        return self.settings.get(name, PRESETS[self.preset].get(name, getattr(ModelConfig, name)))
+
     @property
     def max_positions(self) -> int:
-        return self.settings.get("max_positions", PRESETS[self.preset].get(
-            "max_positions", ModelConfig.max_positions))
+        return self.get("max_positions")
 
     def to_dict(self) -> dict:
         return {"preset": self.preset, **self.settings}

@@ -4,13 +4,18 @@ their runs, which never throw away finished translations."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 import typing
 from pathlib import Path
 
-from transduce.decoding.config import DTYPES, LENGTH_NORMALIZATIONS, STOPPING, DecodeConfig
+from transduce.decoding.config import (
+    DTYPES,
+    FIELDS,
+    LENGTH_NORMALIZATIONS,
+    STOPPING,
+    DecodeConfig,
+)
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
 from transduce.options import add_config_options
@@ -20,7 +25,6 @@ if typing.TYPE_CHECKING:
 
 CHUNK = 500  # input lines sorted by length and batched together: Ctrl-C loses at most these
 INTERRUPTED = 130
-FIELDS = [f.name for f in dataclasses.fields(DecodeConfig)]  # each a search option, named
 FLAGS = {"beam_size": ["--beam"], "length_penalty": ["--lenpen"]}  # ... as it always was
 
 
@@ -176,7 +180,6 @@ def _flag(name: str) -> str:
 def check_against_run(args: argparse.Namespace) -> None:
     """The options that depend on the run (its beam size, its decoder's layers), checked
     against its config.yaml before the model is loaded."""
-    from transduce.model.config import PRESETS, ModelConfig
     from transduce.runs.load import read_config
 
     config = read_config(Path(args.model[0]))
@@ -187,8 +190,7 @@ def check_against_run(args: argparse.Namespace) -> None:
         raise UserError(f"--nbest {nbest} needs a beam at least as large ({where}); pass "
                         f"--beam {nbest}")
     if getattr(args, "layer", None) is not None:
-        model = {**PRESETS[config.model.preset], **config.model.settings}
-        layers = model.get("n_decoder_layers", ModelConfig.n_decoder_layers)
+        layers = config.model.get("n_decoder_layers")
         if not -layers <= args.layer < layers:
             raise UserError(f"--layer {args.layer}: the model has {layers} decoder layers "
                             f"(0 to {layers - 1}, or -1 to -{layers})")

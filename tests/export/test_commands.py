@@ -1,6 +1,7 @@
 """`transduce export` and `train --init-from` on a run of ours: Hugging Face and back, an Argos
 Translate package installed and run by the real argostranslate, fine-tuning that resumes."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,12 +26,18 @@ SOURCES = ["seven", "one hundred and two", "forty-two", "three thousand and nine
            "eighty-one", "five hundred", "sixty-six", "nine hundred and ninety", "thirteen"]
 
 
+def _trained(tmp_path_factory, updates: int):
+    """An en -> de run of the number words, of `updates` updates and 40 positions."""
+    run = tmp_path_factory.mktemp("export") / "run"
+    start_run(load_config(overrides=[*FAST, f"train.max_updates={updates}",
+                                     "model.max_positions=40", "data.src_lang=en",
+                                     "data.tgt_lang=de"]), run).train()
+    return run
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    run = tmp_path_factory.mktemp("export") / "run"
-    start_run(load_config(overrides=[*FAST, "train.max_updates=60", "model.max_positions=40",
-                                     "data.src_lang=en", "data.tgt_lang=de"]), run).train()
-    return run
+    return _trained(tmp_path_factory, 60)
 
 
 def test_hugging_face_export_imports_back_with_the_same_logits(run_dir, tmp_path):
@@ -170,10 +177,7 @@ def test_a_conflicting_model_key_is_an_error_naming_it(run_dir, tmp_path, capsys
 @pytest.fixture(scope="module")
 def long_outputs_run(tmp_path_factory):
     """A barely trained run whose outputs run long (to its 38-token maximum), greedy or beam."""
-    run = tmp_path_factory.mktemp("export-long") / "run"
-    start_run(load_config(overrides=[*FAST, "train.max_updates=2", "model.max_positions=40",
-                                     "data.src_lang=en", "data.tgt_lang=de"]), run).train()
-    return run
+    return _trained(tmp_path_factory, 2)
 
 
 def _export_with(run_dir, tmp_path, **settings):
@@ -258,8 +262,8 @@ def test_ctranslate2_with_the_exported_options_searches_as_the_run_does(long_out
         ids = [*tokenizer.src.encode(sentence), run.model.config.eos_id]
         theirs = translator.translate_batch([tokenizer.src.pieces(ids)], **{
             **options, "beam_size": 1})[0].hypotheses[0]
-        [ours] = search(run.model, torch.tensor([ids]), run.config.decode.__class__(
-            **{**run.config.decode.__dict__, "beam_size": 1}))
+        [ours] = search(run.model, torch.tensor([ids]),
+                        dataclasses.replace(run.config.decode, beam_size=1))
         assert theirs == tokenizer.tgt.pieces(ours[0].tokens)
         longest = max(longest, len(ours[0].tokens))
     assert longest > 20

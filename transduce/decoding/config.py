@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from transduce.errors import UserError
 
@@ -46,3 +46,6 @@ class DecodeConfig:
         if self.stopping not in STOPPING:
             raise UserError(f"decode.stopping must be one of {', '.join(STOPPING)}, got "
                             f"{self.stopping!r}")
+
+
+FIELDS = tuple(f.name for f in fields(DecodeConfig))  # each a search setting, by its name

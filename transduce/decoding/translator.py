@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ from transduce import runtime
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
-from transduce.decoding.config import DTYPES, DecodeConfig
+from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig
 from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.search import Sampling, search
 from transduce.errors import UserError
@@ -24,7 +24,6 @@ from transduce.runs.load import load_run
 from transduce.runtime import native_bf16, resolve_device
 
 log = logging.getLogger(__name__)
-DECODE_FIELDS = tuple(f.name for f in fields(DecodeConfig))
 
 
 @dataclass
@@ -115,10 +114,10 @@ class Translator:
     def decode_config(self, **settings) -> DecodeConfig:
         """This translator's search settings with `settings` (DecodeConfig's fields; None keeps
         a setting) replaced; an unknown name is a UserError listing the fields."""
-        unknown = settings.keys() - DECODE_FIELDS
+        unknown = settings.keys() - FIELDS
         if unknown:
             raise UserError(f"unknown search setting {', '.join(sorted(unknown))}; the settings "
-                            f"are {', '.join(DECODE_FIELDS)}")
+                            f"are {', '.join(FIELDS)}")
         return replace(self.decode, **{k: v for k, v in settings.items() if v is not None})
 
     @property

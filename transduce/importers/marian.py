@@ -35,9 +35,7 @@ from transduce.export.marian import residual_permutation
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
-from transduce.runs.claim import NewRun
-from transduce.runs.lock import NAME as LOCK_NAME
-from transduce.runs.lock import in_use
+from transduce.runs.claim import NewRun, entries
 
 CHECKPOINT = "imported"  # the checkpoint an imported run's weights are in
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -49,31 +47,21 @@ def import_marian(source: str | Path, out_dir: Path, *, src_lang: str | None = N
     local OPUS-MT directory or a Hugging Face hub id. Its languages are `src_lang` and
     `tgt_lang`, or what the model says (`languages`). Returns `out_dir`."""
     out_dir = Path(out_dir)
-    holder = in_use(out_dir)
-    if holder:
-        raise UserError(f"--out {out_dir} is in use by {holder}")
-    if out_dir.exists() and (not out_dir.is_dir() or any(c.name != LOCK_NAME
-                                                          for c in out_dir.iterdir())):
-        raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
-                        "directory")
-    directory = _local_copy(source)
-    languages = model_languages(source, directory, src_lang, tgt_lang)
-    hf_config, hf = _read_model(directory)
-    tokenizers = _read_tokenizers(directory, hf_config)
-    model_config = _model_config(hf_config, tokenizers)
-    model = Transformer(model_config).eval()
-    ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
-    config = Config(model=ModelSection.of(model_config),
-                    data=DataConfig(src_lang=languages[0], tgt_lang=languages[1]),
-                    decode=_decode_config(directory))
-    claim = NewRun(out_dir, check=False, what="--out", command="transduce import")
-    if any(c.name != LOCK_NAME for c in out_dir.iterdir()):  # another began meanwhile
-        claim.give_up()
-        raise UserError(f"--out {out_dir}: exists and is not empty; an import writes a new run "
-                        "directory")
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:  # written beside, then moved in: the checkpoint last, so that the run is whole when
-        # it has one
+    claim = NewRun(out_dir, what="--out", command="transduce import", refuse=_refuse_unless_empty)
+    tmp = None
+    try:  # the run is written beside, then moved in: the checkpoint last, so that the run is
+        # whole when it has one; a failure takes away what the import made
+        directory = _local_copy(source)
+        languages = model_languages(source, directory, src_lang, tgt_lang)
+        hf_config, hf = _read_model(directory)
+        tokenizers = _read_tokenizers(directory, hf_config)
+        model_config = _model_config(hf_config, tokenizers)
+        model = Transformer(model_config).eval()
+        ckpt.load_weights(model, Path(directory), state=_weights(hf, model_config))
+        config = Config(model=ModelSection.of(model_config),
+                        data=DataConfig(src_lang=languages[0], tgt_lang=languages[1]),
+                        decode=_decode_config(directory))
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
         config.save(tmp / "config.yaml")
         tokenizers.save(tmp)
         (tmp / "checkpoints" / CHECKPOINT).mkdir(parents=True)
@@ -87,9 +75,16 @@ def import_marian(source: str | Path, out_dir: Path, *, src_lang: str | None = N
         claim.discard()
         raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         claim.lock.release()
     return out_dir
+
+
+def _refuse_unless_empty(out_dir: Path, *, what: str) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or entries(out_dir)):
+        raise UserError(f"{what} {out_dir}: exists and is not empty; an import writes a new run "
+                        "directory")
 
 
 def _local_copy(source: str | Path) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from transduce.errors import UserError
@@ -27,15 +28,19 @@ def holds_run(path: Path) -> bool:
     return any(ckpt.update_checkpoints(path)) or ckpt.latest_checkpoint(path) is not None
 
 
-def refuse_unless_free(path: Path, *, what: str = "--run-dir", locked: bool = False) -> None:
-    """A `UserError` unless a new run may start in `path`; reads, never writes."""
+def entries(path: Path) -> list[Path]:
+    """What a directory holds, its lock file aside (none if it is not a directory)."""
+    path = Path(path)
+    return [c for c in path.iterdir() if c.name != LOCK_NAME] if path.is_dir() else []
+
+
+def refuse_unless_free(path: Path, *, what: str = "--run-dir") -> None:
+    """A `UserError` unless a new run may start in `path` (absent or empty); reads, never
+    writes."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{what} {path}: is a file, not a directory")
-    holder = None if locked else in_use(path)  # locked: by this process, as it checks
-    if holder:
-        raise UserError(f"{what} {path} is in use by {holder}")
-    if not path.is_dir() or not any(c.name != LOCK_NAME for c in path.iterdir()):
+    if not entries(path):
         return
     if holds_run(path):
         raise UserError(f"{what} {path} already holds a run; continue it with `transduce train "
@@ -52,20 +57,22 @@ class NewRun:
     written) unless the run may start there; `discard()` takes away what the run made when it
     failed before writing a checkpoint."""
 
-    def __init__(self, path: Path, *, check: bool = True, what: str = "--run-dir",
-                 command: str = "transduce train") -> None:
+    def __init__(self, path: Path, *, what: str = "--run-dir", command: str = "transduce train",
+                 refuse: Callable[..., None] = refuse_unless_free) -> None:
+        """`refuse(path, what=what)` raises a `UserError` unless the directory may be claimed
+        (by default: unless it is absent or empty); it runs before a byte is written, and again
+        once the lock is held, since another command may have begun meanwhile."""
         self.path = Path(path)
-        if check:
-            refuse_unless_free(self.path, what=what)  # before a byte is written
-        elif self.path.exists() and not self.path.is_dir():
-            raise UserError(f"{what} {self.path}: is a file, not a directory")
+        holder = in_use(self.path)
+        if holder:
+            raise UserError(f"{what} {self.path} is in use by {holder}")
+        refuse(self.path, what=what)
         self.created = not self.path.exists()
         check_writable(self.path, what=what)
         self._had_lock_file = (self.path / LOCK_NAME).exists()
         self.lock = RunLock(self.path, command)  # of two commands at once, one stops here
         try:
-            if check:  # again, holding the lock: another command may have begun meanwhile
-                refuse_unless_free(self.path, what=what, locked=True)
+            refuse(self.path, what=what)
         except BaseException:
             self.give_up()
             raise

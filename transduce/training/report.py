@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from transduce.model.config import PRESETS
+from transduce.config import ModelSection
 from transduce.training.records import NoRecords, Records
 from transduce.training.state import Progress, empty_window
 
@@ -38,9 +38,9 @@ def log_above(bar):
 def start(model, config, model_config, processes: int, device) -> None:
     """The first lines of a new run: the model's size and shape, and the processes."""
     c = model_config
-    preset = PRESETS[config.model.preset]
     shape = ("d_model", "d_ff", "n_heads", "n_encoder_layers", "n_decoder_layers")
-    custom = any(config.model.settings.get(k, preset.get(k)) != preset.get(k) for k in shape)
+    preset = ModelSection(config.model.preset)
+    custom = any(config.model.get(k) != preset.get(k) for k in shape)
     kind = "its own shape" if custom else f"{config.model.preset} preset"  # e.g. an import
     log.info("model: %s parameters (%s: D=%d, d_ff=%d, H=%d, %d+%d layers, "
              "vocabulary %d/%d)", f"{model.num_parameters():,}", kind, c.d_model,
