@@ -51,15 +51,13 @@ def start_run(config: Config, run_dir: Path, *, data: PreparedData | None = None
             trainer.model.load_state_dict(source.model.state_dict())
             log.info("starting from the weights of %s", source.weights)
         return trainer
-    except KeyboardInterrupt:
+    except BaseException as error:
         if new_run is None:
             raise
         new_run.discard()
-        raise KeyboardInterrupt(f"before the first update: removed what this run wrote in "
-                                f"{run_dir}") from None
-    except BaseException:
-        if new_run is not None:
-            new_run.discard()
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C or SIGTERM: say what became of it
+            raise KeyboardInterrupt(f"before the first update: removed what this run wrote in "
+                                    f"{run_dir}") from None
         raise
 
 
