@@ -21,6 +21,7 @@ import torch
 from transduce import runtime
 from transduce.decoding.beam import beam_search
 from transduce.decoding.compiled import Compiled
+from transduce.decoding.config import DecodeConfig
 from transduce.decoding.greedy import greedy_search
 from transduce.model import ModelConfig, Transformer
 
@@ -28,10 +29,10 @@ STEPS = 17
 
 
 def search(model, src, k: int) -> list:
-    limits = dict(max_len_a=0, max_len_b=STEPS - 1, min_len=STEPS - 1)
+    decode = DecodeConfig(beam_size=k, max_len_a=0, max_len_b=STEPS - 1, min_len=STEPS - 1)
     if k == 1:
-        return greedy_search(model, src, **limits)
-    return [h[0].tokens for h in beam_search(model, src, beam_size=k, **limits)]
+        return greedy_search(model, src, decode)
+    return [h[0].tokens for h in beam_search(model, src, decode)]
 
 
 def timed(fn, repeats: int = 5) -> float:

@@ -86,6 +86,7 @@ def child(args) -> None:
         from transduce import runtime
         runtime.tune()  # as the transduce command does, before the first tensor
         from transduce.decoding.beam import beam_search
+        from transduce.decoding.config import DecodeConfig
         from transduce.decoding.greedy import greedy_search
         from transduce.model import ModelConfig, Transformer
         from transduce.runs.checkpoint import load_weights
@@ -109,13 +110,14 @@ def child(args) -> None:
                 width = max(len(sources[i]) for i in batch)
                 src = torch.tensor([sources[i] + [pad] * (width - len(sources[i]))
                                     for i in batch])
-                kw = dict(max_len_a=0, max_len_b=max_len, min_len=min_len, use_cache=use_cache)
+                decode = DecodeConfig(beam_size=k, length_penalty=alpha,
+                                      length_normalization="power", stopping=stopping,
+                                      max_len_a=0, max_len_b=max_len, min_len=min_len)
                 if k == 1:
-                    result = greedy_search(model, src, **kw)
+                    result = greedy_search(model, src, decode, use_cache=use_cache)
                 else:
                     result = [list(h[0].tokens) for h in beam_search(
-                        model, src, beam_size=k, length_penalty_alpha=alpha,
-                        length_normalization="power", stopping=stopping, **kw)]
+                        model, src, decode, use_cache=use_cache)]
                 for i, out in zip(batch, result, strict=True):
                     outputs[i] = out
 

@@ -46,3 +46,37 @@ MULTI30K = SHARED_DATA / "multi30k"
 needs_multi30k = pytest.mark.skipif(
     not (MULTI30K / "train.en").is_file(),
     reason=f"Multi30k not found at {MULTI30K} (set TRANSDUCE_SHARED_DATA to the shared corpora)")
+
+
+SEARCH = ("nbest", "prefixes", "use_cache", "on_done", "generator")  # not DecodeConfig's
+
+
+def beam_with(model, src, **settings):
+    """`beam_search` with its DecodeConfig's fields given as keywords, as tests read best."""
+    from transduce.decoding.beam import beam_search
+
+    decode, rest = _split(settings)
+    return beam_search(model, src, decode, **rest)
+
+
+def greedy_with(model, src, **settings):
+    from transduce.decoding.greedy import greedy_search
+
+    decode, rest = _split(settings, beam_size=1)
+    return greedy_search(model, src, decode, **rest)
+
+
+def draw_with(model, src, *, temperature=1.0, top_k=0, top_p=1.0, **settings):
+    from transduce.decoding.config import Sampling
+    from transduce.decoding.greedy import sample
+
+    decode, rest = _split(settings, beam_size=1)
+    return sample(model, src, decode, Sampling(temperature, top_k, top_p), **rest)
+
+
+def _split(settings: dict, **defaults):
+    from transduce.decoding.config import DecodeConfig
+
+    decode = {k: v for k, v in settings.items() if k not in SEARCH}
+    return DecodeConfig(**{**defaults, **decode}), {k: v for k, v in settings.items()
+                                                     if k in SEARCH}

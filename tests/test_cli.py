@@ -121,7 +121,7 @@ def test_a_usage_error_is_one_line(capsys):
         main(["translate", "--model", "x", "--beam", "two"])
     err = capsys.readouterr().err
     assert exit.value.code == 2 and len(err.strip().splitlines()) == 1
-    assert "argument --beam: invalid int value: 'two'" in err
+    assert "argument --beam-size/--beam: invalid int value: 'two'" in err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -18,8 +18,8 @@ SENTENCES = ["seven", "ninety-nine", "one hundred and two"]
 # option -> (the arguments that run it, with what it needs), and for a search setting the
 # DecodeConfig field and value it sets: the command's output must equal the API's with it
 SEARCH = {
-    "--beam": (["--beam", "3"], ("beam_size", 3)),
-    "--lenpen": (["--lenpen", "1.2"], ("length_penalty", 1.2)),
+    "--beam-size": (["--beam-size", "3"], ("beam_size", 3)),
+    "--length-penalty": (["--length-penalty", "1.2"], ("length_penalty", 1.2)),
     "--length-normalization": (["--length-normalization", "power"],
                                ("length_normalization", "power")),
     "--stopping": (["--stopping", "exact"], ("stopping", "exact")),
@@ -41,7 +41,7 @@ TRANSLATE = {
     **COMMON, **SEARCH,
     "--input": ([], None),  # every run but --interactive reads -i
     "--output": ([], None),  # ... and writes -o
-    "--nbest": (["--nbest", "2", "--beam", "2"], None),
+    "--nbest": (["--nbest", "2", "--beam-size", "2"], None),
     "--interactive": (["--interactive"], None),
     "--sample": (["--sample"], None),
     "--temperature": (["--sample", "--temperature", "0.7"], None),
@@ -131,3 +131,18 @@ def test_evaluate_runs_with_each_option(option, run_dir, source, tmp_path, capsy
         assert main(["evaluate", "--model", str(run_dir), "--src", str(source), "--ref",
                      str(references), *args, "-o", str(out)]) == 0
         assert out.read_text().splitlines() == expected
+
+
+@pytest.mark.parametrize(("alias", "name"), [("--beam", "--beam-size"),
+                                             ("--lenpen", "--length-penalty")])
+@pytest.mark.parametrize("command", ["translate", "evaluate", "serve"])
+def test_the_older_spellings_of_search_options_still_work(command, alias, name):
+    """Each search option is named after its DecodeConfig field; its older flag stays."""
+    parser = build_parser()
+    required = {"translate": ["--model", "M"], "evaluate": ["--model", "M", "--src", "S",
+                                                             "--ref", "R"],
+                "serve": ["--model", "M"]}[command]
+    old = parser.parse_args([command, *required, alias, "3"])
+    new = parser.parse_args([command, *required, name, "3"])
+    field = name[2:].replace("-", "_")
+    assert getattr(old, field) == getattr(new, field) == (3 if field == "beam_size" else 3.0)

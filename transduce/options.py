@@ -13,11 +13,12 @@ from transduce.config import field_comments
 def add_config_options(parser: argparse.ArgumentParser, config_type, *,
                        names: dict | None = None, aliases: dict | None = None,
                        defaults: dict | None = None, default_text: str | None = None,
-                       skip: tuple[str, ...] = (), choices: dict | None = None) -> None:
+                       skip: tuple[str, ...] = (), choices: dict | None = None,
+                       help_prefix: str = "") -> None:
     """One --option per field of a config dataclass (but those in skip): named after it (or as
-    `names` says, for flags older than the field), typed like it, its help the comment beside
-    the field. `default_text` describes the defaults when they are not the field's ("the run's
-    decode.{name}")."""
+    `names` says), with `aliases` (the flags' older names), typed like it, its help the
+    comment beside the field. `default_text` describes the defaults when they are not the
+    field's ("the run's decode.{name}"; "{default}" is the field's)."""
     hints = typing.get_type_hints(config_type)
     comments = field_comments(config_type)
     for field in dataclasses.fields(config_type):
@@ -26,8 +27,9 @@ def add_config_options(parser: argparse.ArgumentParser, config_type, *,
         flags = (names or {}).get(field.name, [f"--{field.name.replace('_', '-')}"])
         flags = [*flags, *(aliases or {}).get(field.name, ())]
         default = (defaults or {}).get(field.name, field.default)
-        shown = default_text.format(name=field.name) if default_text else default
-        help_text = f"{comments.get(field.name, '')} (default: {shown})".strip()
+        shown = (default_text.format(name=field.name, default=field.default) if default_text
+                 else default)
+        help_text = f"{help_prefix}{comments.get(field.name, '')} (default: {shown})".strip()
         kind = hints[field.name]
         if kind is bool:
             parser.add_argument(*flags, dest=field.name, action=argparse.BooleanOptionalAction,
@@ -48,3 +50,36 @@ def or_null(convert):
         return None if text.lower() in ("null", "none") else convert(text)
     parse.__name__ = convert.__name__
     return parse
+
+
+def from_environment(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                     prefix: str) -> None:
+    """Options not on the command line (`args.argv`) take the value of the variable `prefix` +
+    their name (TRANSDUCE_SERVE_MAX_CHARS for --max-chars) when it is set, read as the option
+    reads its value (true/false for a switch, commas between the values of a repeatable one);
+    a bad value is a UserError naming the variable."""
+    import os
+
+    from transduce.errors import UserError
+
+    given = {word.split("=", 1)[0] for word in getattr(args, "argv", ()) if word.startswith("-")}
+    for action in parser._actions:
+        variable = prefix + action.dest.upper()
+        if (not action.option_strings or variable not in os.environ
+                or given & set(action.option_strings)):
+            continue
+        text = os.environ[variable]
+        try:
+            if isinstance(action, argparse.BooleanOptionalAction | argparse._StoreTrueAction):
+                if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError("expected true or false")
+                value = text.lower() in ("1", "true", "yes")
+            elif isinstance(action, argparse._AppendAction):
+                value = [(action.type or str)(part.strip()) for part in text.split(",")]
+            else:
+                value = (action.type or str)(text)
+            if action.choices is not None and value not in action.choices:
+                raise ValueError(f"expected one of {', '.join(map(str, action.choices))}")
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as error:
+            raise UserError(f"{variable}={text!r}: {error}") from None
+        setattr(args, action.dest, value)

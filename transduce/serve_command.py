@@ -3,79 +3,68 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import logging
 import os
 import signal
 import socket
-from pathlib import Path
 
 from transduce.errors import UserError
-from transduce.translate_command import add_device_options, at_least, check_device_options
+from transduce.options import add_config_options, from_environment
+from transduce.serve.settings import ServeSettings
+from transduce.translate_command import (
+    add_decode_options,
+    add_device_options,
+    at_least,
+    check_device_options,
+    decode_options,
+)
 
 log = logging.getLogger("transduce.serve")
+DEVICE = ("device", "dtype", "compile")  # ServeSettings' fields that add_device_options declares
+ENVIRONMENT = "TRANSDUCE_SERVE_"  # TRANSDUCE_SERVE_MAX_CHARS=200: --max-chars 200 unless given
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", action="append", required=True, metavar="RUN_DIR",
+    parser.add_argument("--model", action="append", metavar="RUN_DIR",
                         help="a run directory to serve, named by its data.src_lang and "
-                             "data.tgt_lang (or SRC:TGT=RUN_DIR); repeat for more pairs")
+                             "data.tgt_lang (or SRC:TGT=RUN_DIR); repeat for more pairs "
+                             "(required)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument("--port", type=at_least(0), default=5000,
                         help="port to listen on (default 5000, LibreTranslate's)")
-    parser.add_argument("--beam", type=at_least(1), metavar="K",
-                        help="the beam size of every search (default: each model's own, as "
-                             "`transduce translate` uses it)")
-    parser.add_argument("--max-chars", type=int, default=5000, metavar="N",
-                        help="characters per request at most, all its texts together "
-                             "(default 5000; -1: no limit)")
-    parser.add_argument("--max-texts", type=int, default=128, metavar="N",
-                        help="texts in one request at most (default 128; -1: no limit)")
-    parser.add_argument("--max-alternatives", type=at_least(0), default=3, metavar="N",
-                        help="LibreTranslate's alternatives at most (default 3)")
-    parser.add_argument("--max-batch-tokens", type=at_least(1), default=4096, metavar="N",
-                        help="source tokens searched together, from all waiting requests "
-                             "(default 4096)")
-    parser.add_argument("--batch-wait-ms", type=at_least(0.0, float), default=5.0, metavar="MS",
-                        help="how long a batch waits for more requests to join (default 5)")
-    parser.add_argument("--no-batching", action="store_true",
-                        help="serve one request at a time, as they come (for comparison)")
-    parser.add_argument("--api-keys", type=Path, metavar="FILE",
-                        help="a file of API keys, one per line: then every request needs one")
-    parser.add_argument("--rate-limit", metavar="N/minute",
-                        help="requests per client address (N/second, N/hour, N/day also)")
-    parser.add_argument("--timeout", type=at_least(0.0, float), default=60.0, metavar="SECONDS",
-                        help="a request not translated by then gets a 503 (default 60; 0: none)")
-    parser.add_argument("--workers", type=at_least(1), default=1,
-                        help="server processes, each with its own copy of the models and its "
-                             "own batches (default 1); on a CPU, more workers with fewer "
-                             "threads each keep more cores busy")
-    parser.add_argument("--threads", type=at_least(0), default=0,
-                        help="CPU threads per worker (default: the CPUs shared among the "
-                             "workers; with one worker PyTorch's default)")
+    add_config_options(parser, ServeSettings, skip=DEVICE + ("decode",))
+    add_decode_options(parser, default_text="each model's decode.{name}")
     add_device_options(parser)
+    parser.set_defaults(parser=parser)  # for from_environment
+
+
+def settings_of(args: argparse.Namespace) -> ServeSettings:
+    """The server's settings from its options: one field each (those of the device as
+    `transduce translate` names them, the search's as DecodeConfig's fields)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings)
+             if f.name != "decode"}
+    return ServeSettings(**given, decode=decode_options(args))
+
 
 def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from transduce.serve import ModelSpec, ServeSettings, create_app, load_models
+        from transduce.serve import ModelSpec, create_app, load_models
         from transduce.serve.app import MODELS_VARIABLE, SETTINGS_VARIABLE
         from transduce.serve.models import check_specs
-        from transduce.serve.settings import parse_rate_limit, read_api_keys
     except ImportError as error:
         raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
             from None
+    from_environment(args.parser, args, ENVIRONMENT)
+    if not args.model:
+        raise UserError(f"give --model RUN_DIR (or {ENVIRONMENT}MODEL=RUN_DIR,...)")
     check_device_options(args)
-    limit, window = parse_rate_limit(args.rate_limit) if args.rate_limit else (0, 60.0)
-    settings = ServeSettings(
-        beam_size=args.beam, max_chars=args.max_chars, max_texts=args.max_texts,
-        max_alternatives=args.max_alternatives, max_batch_tokens=args.max_batch_tokens,
-        batch_wait_ms=args.batch_wait_ms, batching=not args.no_batching,
-        api_keys=read_api_keys(args.api_keys) if args.api_keys else frozenset(),
-        rate_limit=limit, rate_window=window, timeout=args.timeout, threads=args.threads,
-        workers=args.workers, device=args.device, dtype=args.dtype, compile=args.compile)
+    settings = settings_of(args)
+    settings.keys()  # readable, before anything is loaded
     specs = [ModelSpec.parse(m) for m in args.model]
     check_port(args.host, args.port)
     serving = dict(host=args.host, port=args.port, log_level="info",

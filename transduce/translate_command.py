@@ -4,6 +4,7 @@ their runs, which never throw away finished translations."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import typing
@@ -13,8 +14,10 @@ from transduce.decoding.config import (
     DTYPES,
     FIELDS,
     LENGTH_NORMALIZATIONS,
+    SAMPLING_FIELDS,
     STOPPING,
     DecodeConfig,
+    Sampling,
 )
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
@@ -25,7 +28,7 @@ if typing.TYPE_CHECKING:
 
 CHUNK = 500  # input lines sorted by length and batched together: Ctrl-C loses at most these
 INTERRUPTED = 130
-FLAGS = {"beam_size": ["--beam"], "length_penalty": ["--lenpen"]}  # ... as it always was
+ALIASES = {"beam_size": ["--beam"], "length_penalty": ["--lenpen"]}  # the flags' older names
 
 
 def at_least(low: float, kind=int):
@@ -39,20 +42,6 @@ def at_least(low: float, kind=int):
     return parse
 
 
-def probability(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
                         help="a run directory of transduce train; several: their ensemble (one "
@@ -61,11 +50,18 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
                         help="which of its checkpoints (of each model's): averaged, best, latest, "
                              "update_0007000, ... or a checkpoint's path (default: averaged, "
                              "else best)")
-    add_config_options(parser, DecodeConfig, names=FLAGS, defaults=dict.fromkeys(FIELDS),
-                       default_text="the run's decode.{name}",
+    add_decode_options(parser)
+    add_device_options(parser)
+
+
+def add_decode_options(parser: argparse.ArgumentParser,
+                       default_text: str = "the run's decode.{name}") -> None:
+    """One option per field of DecodeConfig, by its name (and ALIASES), unset by default: the
+    model's own setting then."""
+    add_config_options(parser, DecodeConfig, aliases=ALIASES, defaults=dict.fromkeys(FIELDS),
+                       default_text=default_text,
                        choices={"stopping": STOPPING,
                                 "length_normalization": LENGTH_NORMALIZATIONS})
-    add_device_options(parser)
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:
@@ -96,15 +92,8 @@ def add_translate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample", action="store_true",
                         help="draw each translation at random from the model instead of "
                              "searching (e.g. for back-translation)")
-    parser.add_argument("--temperature", type=positive_float,
-                        help="with --sample: divide the logits by this (default: 1.0)")
-    parser.add_argument("--top-k", type=at_least(0),
-                        help="with --sample: draw from the k likeliest tokens (0: all; default)")
-    parser.add_argument("--top-p", type=probability,
-                        help="with --sample: draw from the likeliest tokens holding this much "
-                             "probability (nucleus sampling; default: 1.0)")
-    parser.add_argument("--seed", type=int,
-                        help="with --sample: the random seed, for the same draws again")
+    add_config_options(parser, Sampling, defaults=dict.fromkeys(SAMPLING_FIELDS),
+                       default_text="{default}", help_prefix="with --sample: ")
     parser.add_argument("--attention", metavar="DIR",
                         help="write one cross-attention heatmap (PNG) per sentence here")
     parser.add_argument("--layer", type=int,
@@ -141,19 +130,18 @@ def check_translate_options(args: argparse.Namespace) -> None:
             if given:
                 raise UserError(f"--interactive translates what you type and prints it: it "
                                 f"takes no {name}")
-    sampling = {"--temperature": args.temperature, "--top-k": args.top_k,
-                "--top-p": args.top_p, "--seed": args.seed}
+    sampling_options(args)
     if args.sample:
-        for given, name in ((args.beam_size, "--beam"), (args.length_penalty, "--lenpen"),
-                            (args.stopping, "--stopping"), (args.nbest > 1, "--nbest")):
+        for given, name in ((args.beam_size, "beam_size"), (args.length_penalty, "length_penalty"),
+                            (args.stopping, "stopping"), (args.nbest > 1, "nbest")):
             if given:
                 raise UserError(f"--sample draws one translation instead of searching: it "
-                                f"takes no {name}")
+                                f"takes no {_flag(name)}")
     else:
-        for name, value in sampling.items():
-            if value is not None:
-                raise UserError(f"{name} is an option of --sample (drawing translations at "
-                                "random)")
+        for name in SAMPLING_FIELDS:
+            if getattr(args, name) is not None:
+                raise UserError(f"{_flag(name)} is an option of --sample (drawing translations "
+                                "at random)")
     for given, name in ((args.layer is not None, "--layer"), (args.heads, "--heads")):
         if given and not args.attention:
             raise UserError(f"{name} is an option of --attention DIR (the heatmaps)")
@@ -163,18 +151,31 @@ def decode_options(args: argparse.Namespace) -> dict:
     """The search settings given as options ({field: value}), checked as `DecodeConfig` checks
     them, its messages naming the options."""
     options = {name: getattr(args, name) for name in FIELDS if getattr(args, name) is not None}
-    try:
-        DecodeConfig(**options)
-    except UserError as error:
-        message = str(error)
-        for name in FIELDS:
-            message = message.replace(f"decode.{name}", _flag(name))
-        raise UserError(message) from None
+    _checked(DecodeConfig, options, "decode")
     return options
 
 
+def sampling_options(args: argparse.Namespace) -> Sampling | None:
+    """What --sample draws with, checked as `Sampling` checks it; None without --sample."""
+    given = {name: getattr(args, name) for name in SAMPLING_FIELDS
+             if getattr(args, name, None) is not None}
+    sampling = _checked(Sampling, given, "sampling")
+    return sampling if getattr(args, "sample", False) else None
+
+
+def _checked(kind, options: dict, section: str):
+    """kind(**options), its messages naming the options rather than the config's keys."""
+    try:
+        return kind(**options)
+    except UserError as error:
+        message = str(error)
+        for field in dataclasses.fields(kind):
+            message = message.replace(f"{section}.{field.name}", _flag(field.name))
+        raise UserError(message) from None
+
+
 def _flag(name: str) -> str:
-    return FLAGS.get(name, [f"--{name.replace('_', '-')}"])[0]
+    return f"--{name.replace('_', '-')}"
 
 
 def check_against_run(args: argparse.Namespace) -> None:
@@ -186,9 +187,9 @@ def check_against_run(args: argparse.Namespace) -> None:
     beam = args.beam_size or config.decode.beam_size
     nbest = getattr(args, "nbest", 1)
     if nbest > beam and not getattr(args, "sample", False):
-        where = "--beam" if args.beam_size else f"the run's decode.beam_size, {beam}"
+        where = "--beam-size" if args.beam_size else f"the run's decode.beam_size, {beam}"
         raise UserError(f"--nbest {nbest} needs a beam at least as large ({where}); pass "
-                        f"--beam {nbest}")
+                        f"--beam-size {nbest}")
     if getattr(args, "layer", None) is not None:
         layers = config.model.get("n_decoder_layers")
         if not -layers <= args.layer < layers:
@@ -198,11 +199,7 @@ def check_against_run(args: argparse.Namespace) -> None:
 
 def search_options(args: argparse.Namespace) -> dict:
     """The search settings the options give: DecodeConfig's fields, and sampling's."""
-    options = decode_options(args)
-    if getattr(args, "sample", False):
-        options.update(sampling=True, temperature=args.temperature or 1.0,
-                       top_k=args.top_k or 0, top_p=args.top_p or 1.0, seed=args.seed)
-    return options
+    return {**decode_options(args), "sampling": sampling_options(args)}
 
 
 def load_translator(args: argparse.Namespace) -> Translator:

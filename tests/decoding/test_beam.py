@@ -3,10 +3,9 @@ import math
 import pytest
 import torch
 
-from transduce.decoding.beam import _in_parents_rows, beam_search, length_penalty
-from transduce.decoding.greedy import greedy_search
+from transduce.decoding.beam import _in_parents_rows, length_penalty
 
-from ..conftest import random_tokens, small_model
+from ..conftest import beam_with, draw_with, greedy_with, random_tokens, small_model
 from .test_greedy import _model_that_stops
 
 PAD, BOS, EOS = 1, 2, 3
@@ -22,8 +21,8 @@ def _batch(n=6, length=8):
 def test_beam_size_one_equals_greedy():
     model = _model_that_stops()
     src = _batch()
-    greedy = greedy_search(model, src, max_len_a=0, max_len_b=12)
-    beam = beam_search(model, src, beam_size=1, length_penalty_alpha=0.6, max_len_a=0,
+    greedy = greedy_with(model, src, max_len_a=0, max_len_b=12)
+    beam = beam_with(model, src, beam_size=1, length_penalty=0.6, max_len_a=0,
                        max_len_b=12)
     assert [h[0].tokens for h in beam] == [tuple(g) for g in greedy]
 
@@ -33,8 +32,8 @@ def test_cached_equals_uncached(k):
     model = _model_that_stops()
     src = _batch()
     kw = dict(beam_size=k, max_len_a=0, max_len_b=10, nbest=k)
-    cached = beam_search(model, src, **kw)
-    uncached = beam_search(model, src, use_cache=False, **kw)
+    cached = beam_with(model, src, **kw)
+    uncached = beam_with(model, src, use_cache=False, **kw)
     assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in uncached]
     for a, b in zip(cached, uncached, strict=True):
         for x, y in zip(a, b, strict=True):
@@ -45,21 +44,21 @@ def test_batch_invariance_alone_in_64_and_with_other_neighbours():
     model = _model_that_stops()
     src = _batch(64, 10)
     kw = dict(beam_size=4, max_len_a=0, max_len_b=10)
-    in_64 = [h[0].tokens for h in beam_search(model, src, **kw)]
-    alone = [beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], **kw)[0][0].tokens
+    in_64 = [h[0].tokens for h in beam_with(model, src, **kw)]
+    alone = [beam_with(model, src[i : i + 1, : int((src[i] != PAD).sum())], **kw)[0][0].tokens
              for i in range(0, 64, 7)]
     assert alone == in_64[::7]
     shuffled = torch.randperm(64)
     wider = torch.cat([src[shuffled[:16]], torch.full((16, 5), PAD)], dim=1)  # more padding
-    other = [h[0].tokens for h in beam_search(model, wider, **kw)]
+    other = [h[0].tokens for h in beam_with(model, wider, **kw)]
     assert other == [in_64[i] for i in shuffled[:16].tolist()]
 
 
 def test_scores_are_length_normalised_log_probabilities_sorted_best_first():
     model = _model_that_stops()
     src = _batch(3)
-    results = beam_search(model, src, beam_size=4, nbest=4, max_len_a=0, max_len_b=10,
-                          length_penalty_alpha=0.6)
+    results = beam_with(model, src, beam_size=4, nbest=4, max_len_a=0, max_len_b=10,
+                          length_penalty=0.6)
     for row, hyps in enumerate(results):
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         for h in hyps:  # rescore each hypothesis with teacher forcing
@@ -106,6 +105,11 @@ class ScriptedModel(torch.nn.Module):
         logits = self.decode(tgt, memory, src_mask, cache)[:, -1]
         return logits if out is None else out.copy_(logits)
 
+    def steps(self, src, *, use_cache=True):  # a Searchable: the model's steps over the table
+        from transduce.model.steps import DecoderSteps
+
+        return DecoderSteps(self, src, use_cache=use_cache)
+
 
 A, B, C = 4, 5, 6
 # greedy takes A (0.6) then must end badly; the best sentence starts with B (0.4)
@@ -117,18 +121,18 @@ TABLE = {(): {A: 0.6, B: 0.4}, (A,): {C: 0.3, EOS: 0.3, A: 0.4}, (A, A): {EOS: 0
 def test_the_best_hypothesis_is_returned_not_the_greedy_one():
     model = ScriptedModel(TABLE)
     src = torch.tensor([[A, B]])
-    best = beam_search(model, src, beam_size=2, length_penalty_alpha=0.0, max_len_a=0,
+    best = beam_with(model, src, beam_size=2, length_penalty=0.0, max_len_a=0,
                        max_len_b=5, use_cache=False)[0][0]
     assert best.tokens == (B,) and best.log_prob == pytest.approx(math.log(0.4 * 0.95))
-    assert greedy_search(model, src, max_len_a=0, max_len_b=5, use_cache=False)[0] != [B]
+    assert greedy_with(model, src, max_len_a=0, max_len_b=5, use_cache=False)[0] != [B]
 
 
 def test_a_beam_wider_than_half_the_vocabulary():
     # each step ranks 2k extensions: with 2k > V some of them do not exist
     model = ScriptedModel(TABLE)
     src = torch.tensor([[A, B]])
-    kw = dict(length_penalty_alpha=0.0, max_len_a=0, max_len_b=5, use_cache=False)
-    wide = beam_search(model, src, beam_size=7, nbest=3, **kw)[0]
+    kw = dict(length_penalty=0.0, max_len_a=0, max_len_b=5, use_cache=False)
+    wide = beam_with(model, src, beam_size=7, nbest=3, **kw)[0]
     # the three best: (B), then (A) and (A, C), which tie
     assert [h.score for h in wide] == pytest.approx([math.log(0.38)] + 2 * [math.log(0.18)])
     assert wide[0].tokens == (B,) and wide[0].log_prob == pytest.approx(math.log(0.4 * 0.95))
@@ -139,10 +143,10 @@ def test_a_longer_hypothesis_that_finishes_later_wins_when_it_is_better():
     # with a strong length penalty the long one's normalised score is best
     model = ScriptedModel(TABLE)
     src = torch.tensor([[A, B]])
-    plain = beam_search(model, src, beam_size=3, nbest=3, length_penalty_alpha=0.0,
+    plain = beam_with(model, src, beam_size=3, nbest=3, length_penalty=0.0,
                         max_len_a=0, max_len_b=5, use_cache=False)[0]
     assert plain[0].tokens == (B,)
-    favour_long = beam_search(model, src, beam_size=3, nbest=3, length_penalty_alpha=4.0,
+    favour_long = beam_with(model, src, beam_size=3, nbest=3, length_penalty=4.0,
                               max_len_a=0, max_len_b=5, use_cache=False)[0]
     assert favour_long[0].tokens == (A, A, C)
     expected = math.log(0.12) / length_penalty(4, 4.0)
@@ -158,9 +162,9 @@ def test_exact_stopping_waits_for_a_beam_that_only_the_length_penalty_can_lift()
     table = {(): {B: 0.6, A: 0.4}, (B,): {EOS: 1.0}, (A,): {C: 1.0}, (A, C): {C: 1.0},
              (A, C, C): {EOS: 1.0}}
     model, src = ScriptedModel(table), torch.tensor([[A, B]])
-    kw = dict(beam_size=2, length_penalty_alpha=4.0, max_len_a=0, max_len_b=5, use_cache=False)
-    early = beam_search(model, src, stopping="early", **kw)[0][0]
-    exact = beam_search(model, src, stopping="exact", **kw)[0][0]
+    kw = dict(beam_size=2, length_penalty=4.0, max_len_a=0, max_len_b=5, use_cache=False)
+    early = beam_with(model, src, stopping="early", **kw)[0][0]
+    exact = beam_with(model, src, stopping="exact", **kw)[0][0]
     assert early.tokens == (B,) and exact.tokens == (A, C, C)
     assert exact.score == pytest.approx(math.log(0.4) / length_penalty(4, 4.0), rel=1e-5)
     assert exact.score > early.score
@@ -170,9 +174,9 @@ def test_exact_stopping_waits_for_a_beam_that_only_the_length_penalty_can_lift()
 def test_exact_stopping_is_never_worse_than_early_stopping(alpha):
     model = _model_that_stops()
     src = _batch(16, 8)
-    kw = dict(beam_size=4, max_len_a=0, max_len_b=12, length_penalty_alpha=alpha)
-    early = beam_search(model, src, stopping="early", **kw)
-    exact = beam_search(model, src, stopping="exact", **kw)
+    kw = dict(beam_size=4, max_len_a=0, max_len_b=12, length_penalty=alpha)
+    early = beam_with(model, src, stopping="early", **kw)
+    exact = beam_with(model, src, stopping="exact", **kw)
     for e, x in zip(early, exact, strict=True):
         assert x[0].score >= e[0].score - 1e-6
 
@@ -181,27 +185,26 @@ def test_forced_prefix_and_length_limits():
     model = _model_that_stops()
     src = _batch(3)
     prefixes = [[7, 8], [], [9]]
-    out = beam_search(model, src, beam_size=3, prefixes=prefixes, max_len_a=0, max_len_b=6)
+    out = beam_with(model, src, beam_size=3, prefixes=prefixes, max_len_a=0, max_len_b=6)
     for hyps, prefix in zip(out, prefixes, strict=True):
         assert list(hyps[0].tokens[: len(prefix)]) == prefix
         assert len(hyps[0].tokens) <= 6
-    greedy = greedy_search(model, src, prefixes=prefixes, max_len_a=0, max_len_b=6)
+    greedy = greedy_with(model, src, prefixes=prefixes, max_len_a=0, max_len_b=6)
     for g, prefix in zip(greedy, prefixes, strict=True):
         assert g[: len(prefix)] == prefix
-    minimum = beam_search(model, src, beam_size=2, min_len=4, max_len_a=0, max_len_b=6)
+    minimum = beam_with(model, src, beam_size=2, min_len=4, max_len_a=0, max_len_b=6)
     assert all(len(h[0].tokens) >= 4 for h in minimum)
 
 
 def test_sampling_respects_top_k_and_is_reproducible():
-    from transduce.decoding.greedy import sample
     model = small_model()
     src = random_tokens(4, 6)
     g = torch.Generator().manual_seed(3)
-    a = sample(model, src, top_k=1, generator=g, max_len_a=0, max_len_b=6)
-    assert a == greedy_search(model, src, max_len_a=0, max_len_b=6)  # top-1 sampling is greedy
-    b1 = sample(model, src, top_p=0.9, generator=torch.Generator().manual_seed(5),
+    a = draw_with(model, src, top_k=1, generator=g, max_len_a=0, max_len_b=6)
+    assert a == greedy_with(model, src, max_len_a=0, max_len_b=6)  # top-1 sampling is greedy
+    b1 = draw_with(model, src, top_p=0.9, generator=torch.Generator().manual_seed(5),
                 max_len_a=0, max_len_b=6)
-    b2 = sample(model, src, top_p=0.9, generator=torch.Generator().manual_seed(5),
+    b2 = draw_with(model, src, top_p=0.9, generator=torch.Generator().manual_seed(5),
                 max_len_a=0, max_len_b=6)
     assert b1 == b2
 

@@ -6,12 +6,10 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.decoding.beam import beam_search
-from transduce.decoding.compiled import Compiled, cross_keys_values
-from transduce.decoding.greedy import greedy_search
+from transduce.decoding.compiled import Compiled
 from transduce.decoding.translator import Translator
 
-from ..conftest import random_tokens, small_model
+from ..conftest import beam_with, draw_with, greedy_with, random_tokens, small_model
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
 
 
@@ -32,28 +30,17 @@ def src():
 LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
 
 
-def test_the_cross_attention_of_all_layers_at_once_is_each_layers(model, src):
-    memory = model.encode(src)
-    keys, values = cross_keys_values(model, memory)
-    d = memory.shape[-1]
-    for i, layer in enumerate(model.decoder.layers):
-        kv = layer.cross_attn.in_proj(memory, slice(d, None))
-        k, v = layer.cross_attn._heads(kv, 2)
-        assert torch.allclose(keys[:, i], k, atol=1e-6)
-        assert torch.allclose(values[:, i], v, atol=1e-6)
-
-
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
-    eager = greedy_search(model, src, **LIMITS)
+    eager = greedy_with(model, src, **LIMITS)
     assert len({len(t) for t in eager}) > 1  # sentences finished at different steps
-    assert greedy_search(Compiled(model), src, **LIMITS) == eager
-    beam_one = beam_search(Compiled(model), src, beam_size=1, **LIMITS)
+    assert greedy_with(Compiled(model), src, **LIMITS) == eager
+    beam_one = beam_with(Compiled(model), src, beam_size=1, **LIMITS)
     assert [list(h[0].tokens) for h in beam_one] == eager
 
 
 def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
-    eager = beam_search(model, src, beam_size=3, nbest=2, **LIMITS)
-    compiled = beam_search(Compiled(model), src, beam_size=3, nbest=2, **LIMITS)
+    eager = beam_with(model, src, beam_size=3, nbest=2, **LIMITS)
+    compiled = beam_with(Compiled(model), src, beam_size=3, nbest=2, **LIMITS)
     assert [[h.tokens for h in hyps] for hyps in compiled] == [
         [h.tokens for h in hyps] for hyps in eager]
     for a, b in zip(compiled, eager, strict=True):
@@ -61,10 +48,10 @@ def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
 
 
 def test_a_sentence_alone_is_translated_as_in_the_batch(model, src):
-    together = beam_search(Compiled(model), src, beam_size=3, **LIMITS)
+    together = beam_with(Compiled(model), src, beam_size=3, **LIMITS)
     for i in (0, 4):
         width = int((src[i] != 1).sum())
-        [alone] = beam_search(Compiled(model), src[i: i + 1, :width], beam_size=3, **LIMITS)
+        [alone] = beam_with(Compiled(model), src[i: i + 1, :width], beam_size=3, **LIMITS)
         assert alone[0].tokens == together[i][0].tokens
 
 
@@ -78,3 +65,22 @@ def test_translate_compile_gives_the_translations_of_translate(run_dir, tmp_path
     assert main(["translate", "--model", str(run_dir), "--compile", "--beam", "2",
                  "-i", str(tmp_path / "src"), "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out").read_text().splitlines() == eager
+
+
+def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, src):
+    """Every search runs on a Searchable: a compiled model draws, follows prefixes and joins
+    an ensemble as the model does."""
+    from transduce.decoding.ensemble import Ensemble
+
+    prefixes = [[5, 6], [], [7], [8, 9, 10], [], [11], [12]]
+    compiled, eager = (beam_with(m, src, beam_size=3, prefixes=prefixes, **LIMITS)
+                       for m in (Compiled(model), model))
+    assert [h[0].tokens for h in compiled] == [h[0].tokens for h in eager]
+    assert (draw_with(Compiled(model), src, top_k=5, generator=torch.Generator().manual_seed(1),
+                      **LIMITS)
+            == draw_with(model, src, top_k=5, generator=torch.Generator().manual_seed(1),
+                         **LIMITS))
+    torch.manual_seed(8)
+    other = small_model().eval()
+    assert (greedy_with(Ensemble([Compiled(model), Compiled(other)]), src, **LIMITS)
+            == greedy_with(Ensemble([model, other]), src, **LIMITS))

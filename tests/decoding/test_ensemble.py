@@ -1,11 +1,10 @@
 import pytest
 import torch
 
-from transduce.decoding.beam import beam_search, length_penalty
+from transduce.decoding.beam import length_penalty
 from transduce.decoding.ensemble import Ensemble
-from transduce.decoding.greedy import greedy_search
 
-from ..conftest import random_tokens, small_model
+from ..conftest import beam_with, greedy_with, random_tokens, small_model
 from .test_beam import _batch
 from .test_greedy import _model_that_stops
 
@@ -29,7 +28,7 @@ def _mean_log_probs(models, src, tgt):
 def test_ensemble_greedy_equals_slow_greedy_on_the_mean_distribution():
     models = _members()
     src = _batch()
-    fast = greedy_search(Ensemble(models), src, max_len_a=0, max_len_b=12)
+    fast = greedy_with(Ensemble(models), src, max_len_a=0, max_len_b=12)
     for row, out in zip(src, fast, strict=True):
         row = row[row != PAD][None]
         tgt = torch.tensor([[BOS]])
@@ -41,15 +40,15 @@ def test_ensemble_greedy_equals_slow_greedy_on_the_mean_distribution():
                 break
             tgt = torch.cat([tgt, torch.tensor([[token]])], dim=1)
         assert out == tgt[0, 1:].tolist()
-    assert fast != greedy_search(models[0], src, max_len_a=0, max_len_b=12)  # not one member's
+    assert fast != greedy_with(models[0], src, max_len_a=0, max_len_b=12)  # not one member's
 
 
 def test_ensemble_beam_scores_are_the_mean_distributions_log_probabilities():
     models = _members()
     src = _batch(4)
     alpha = 0.6
-    results = beam_search(Ensemble(models), src, beam_size=4, nbest=3,
-                          length_penalty_alpha=alpha, max_len_a=0, max_len_b=10)
+    results = beam_with(Ensemble(models), src, beam_size=4, nbest=3,
+                          length_penalty=alpha, max_len_a=0, max_len_b=10)
     for row, hyps in zip(src, results, strict=True):
         row = row[row != PAD][None]
         for h in hyps:
@@ -64,12 +63,12 @@ def test_ensemble_beam_scores_are_the_mean_distributions_log_probabilities():
 def test_ensemble_beam_one_is_greedy_and_cached_is_uncached():
     ensemble = Ensemble(_members())
     src = _batch()
-    greedy = greedy_search(ensemble, src, max_len_a=0, max_len_b=12)
-    beam = beam_search(ensemble, src, beam_size=1, max_len_a=0, max_len_b=12)
+    greedy = greedy_with(ensemble, src, max_len_a=0, max_len_b=12)
+    beam = beam_with(ensemble, src, beam_size=1, max_len_a=0, max_len_b=12)
     assert [h[0].tokens for h in beam] == [tuple(g) for g in greedy]
     kw = dict(beam_size=3, nbest=3, max_len_a=0, max_len_b=10)
-    cached = beam_search(ensemble, src, **kw)
-    uncached = beam_search(ensemble, src, use_cache=False, **kw)
+    cached = beam_with(ensemble, src, **kw)
+    uncached = beam_with(ensemble, src, use_cache=False, **kw)
     assert [[h.tokens for h in hs] for hs in cached] == [[h.tokens for h in hs] for hs in uncached]
 
 
@@ -77,8 +76,8 @@ def test_ensemble_outputs_do_not_depend_on_the_batch():
     ensemble = Ensemble(_members())
     src = _batch(24, 10)
     kw = dict(beam_size=4, max_len_a=0, max_len_b=10)
-    together = [h[0].tokens for h in beam_search(ensemble, src, **kw)]
-    alone = [beam_search(ensemble, src[i : i + 1, : int((src[i] != PAD).sum())], **kw)[0][0]
+    together = [h[0].tokens for h in beam_with(ensemble, src, **kw)]
+    alone = [beam_with(ensemble, src[i : i + 1, : int((src[i] != PAD).sum())], **kw)[0][0]
              .tokens for i in range(0, 24, 5)]
     assert alone == together[::5]
 
@@ -87,7 +86,7 @@ def test_an_ensemble_of_a_model_with_itself_is_the_model():
     model = _model_that_stops()
     src = _batch()
     kw = dict(beam_size=3, nbest=2, max_len_a=0, max_len_b=10)
-    alone, twice = beam_search(model, src, **kw), beam_search(Ensemble([model, model]), src, **kw)
+    alone, twice = beam_with(model, src, **kw), beam_with(Ensemble([model, model]), src, **kw)
     assert [[h.tokens for h in hs] for hs in alone] == [[h.tokens for h in hs] for hs in twice]
     for a, b in zip(alone, twice, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
@@ -102,6 +101,6 @@ def test_the_ensemble_accepts_the_shortest_of_its_members_positions():
     members = [small_model(max_positions=64), small_model(max_positions=20)]
     ensemble = Ensemble(members)
     assert ensemble.config.max_positions == 20 and members[0].config.max_positions == 64
-    out = greedy_search(ensemble, random_tokens(2, 10), max_len_a=1.0, max_len_b=50)
+    out = greedy_with(ensemble, random_tokens(2, 10), max_len_a=1.0, max_len_b=50)
     assert max(map(len, out)) == 18  # room for <bos> and <eos>; random weights rarely stop
     assert ensemble.num_parameters() == sum(m.num_parameters() for m in members)

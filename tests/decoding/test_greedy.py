@@ -1,8 +1,6 @@
 import torch
 
-from transduce.decoding.greedy import greedy_search
-
-from ..conftest import random_tokens, small_model
+from ..conftest import greedy_with, random_tokens, small_model
 
 PAD, BOS, EOS = 1, 2, 3
 
@@ -27,7 +25,7 @@ def _model_that_stops(tie_output: bool = False, **overrides):
     picks often (slightly scaled up, so <eos> wins wherever that token did), so that outputs
     finish at different steps."""
     model = small_model(tie_output=tie_output, **overrides)
-    outputs = greedy_search(model, random_tokens(8, 8), max_len_a=0, max_len_b=12)
+    outputs = greedy_with(model, random_tokens(8, 8), max_len_a=0, max_len_b=12)
     frequent = torch.tensor([t for o in outputs for t in o]).mode().values
     with torch.no_grad():
         model.output.weight[EOS] = 1.01 * model.output.weight[frequent]
@@ -39,7 +37,7 @@ def test_cached_batched_greedy_equals_slow_greedy_per_sentence():
     src = random_tokens(6, 9)
     src[1, 4:] = PAD
     src[3, 2:] = PAD
-    got = greedy_search(model, src, max_len_a=0.0, max_len_b=12)
+    got = greedy_with(model, src, max_len_a=0.0, max_len_b=12)
     assert got == _uncached_greedy(model, src, 12)
     assert len({len(o) for o in got}) > 1  # sentences finished at different steps
 
@@ -48,15 +46,15 @@ def test_batch_composition_does_not_change_outputs():
     model = _model_that_stops()
     src = random_tokens(5, 8)
     src[0, 3:] = PAD
-    together = greedy_search(model, src, max_len_a=0, max_len_b=10)
-    alone = [greedy_search(model, src[i : i + 1], max_len_a=0, max_len_b=10)[0] for i in range(5)]
+    together = greedy_with(model, src, max_len_a=0, max_len_b=10)
+    alone = [greedy_with(model, src[i : i + 1], max_len_a=0, max_len_b=10)[0] for i in range(5)]
     assert together == alone
 
 
 def test_length_limits():
     model = small_model()
     src = random_tokens(2, 4)
-    for out in greedy_search(model, src, max_len_a=1.0, max_len_b=2):
+    for out in greedy_with(model, src, max_len_a=1.0, max_len_b=2):
         assert len(out) <= 1.0 * 4 + 2  # a * source length + b
-    assert all(len(o) >= 3 for o in greedy_search(model, src, max_len_a=0, max_len_b=5,
+    assert all(len(o) >= 3 for o in greedy_with(model, src, max_len_a=0, max_len_b=5,
                                                   min_len=3))

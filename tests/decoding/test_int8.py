@@ -8,15 +8,13 @@ from transduce.cli import main
 from transduce.config import load_config
 from transduce.data.prepare import corpus
 from transduce.decoding import translator as translator_module
-from transduce.decoding.beam import beam_search
-from transduce.decoding.greedy import greedy_search
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 from transduce.kernels import int8
 from transduce.kernels.int8 import is_int8, quantize_linear_layers
 from transduce.quickstart import quickstart
 
-from ..conftest import random_tokens, small_model
+from ..conftest import beam_with, greedy_with, random_tokens, small_model
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run, quicker)
 
 
@@ -43,13 +41,13 @@ def _int8_model():
 def test_beam_one_is_greedy_and_cached_is_uncached():
     model, src = _int8_model(), random_tokens(5, 8)
     src[1, 5:] = 1
-    greedy = greedy_search(model, src, max_len_a=0, max_len_b=10)
-    assert greedy == greedy_search(model, src, max_len_a=0, max_len_b=10, use_cache=False)
-    beam = beam_search(model, src, beam_size=1, max_len_a=0, max_len_b=10)
+    greedy = greedy_with(model, src, max_len_a=0, max_len_b=10)
+    assert greedy == greedy_with(model, src, max_len_a=0, max_len_b=10, use_cache=False)
+    beam = beam_with(model, src, beam_size=1, max_len_a=0, max_len_b=10)
     assert [h[0].tokens for h in beam] == [tuple(g) for g in greedy]
     for cached in (True, False):
-        wide = beam_search(model, src, beam_size=4, max_len_a=0, max_len_b=10, use_cache=cached)
-        assert [h[0].tokens for h in wide] == [h[0].tokens for h in beam_search(
+        wide = beam_with(model, src, beam_size=4, max_len_a=0, max_len_b=10, use_cache=cached)
+        assert [h[0].tokens for h in wide] == [h[0].tokens for h in beam_with(
             model, src, beam_size=4, max_len_a=0, max_len_b=10)]
 
 
@@ -60,8 +58,8 @@ def test_a_sentence_is_translated_alike_alone_and_in_a_batch(k):
 
     def translate(rows):
         if k == 1:
-            return greedy_search(model, rows, max_len_a=0, max_len_b=10)
-        return [list(h[0].tokens) for h in beam_search(model, rows, beam_size=k, max_len_a=0,
+            return greedy_with(model, rows, max_len_a=0, max_len_b=10)
+        return [list(h[0].tokens) for h in beam_with(model, rows, beam_size=k, max_len_a=0,
                                                        max_len_b=10)]
 
     together = translate(src)

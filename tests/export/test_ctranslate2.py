@@ -3,10 +3,9 @@ import torch
 
 from transduce.data.numbers import NumberWords
 from transduce.data.tokenizer import Tokenizers
-from transduce.decoding.beam import beam_search
-from transduce.decoding.greedy import greedy_search
 from transduce.model import ModelConfig, Transformer
 
+from ..conftest import beam_with, greedy_with
 from .test_marian import EOS
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -35,13 +34,13 @@ def test_ctranslate2_translates_like_our_search(tmp_path, norm_first):
     src = torch.tensor([i + [1] * (width - len(i)) for i in ids])
 
     greedy = translator.translate_batch(pieces, beam_size=1, max_decoding_length=12)
-    ours = greedy_search(model, src, max_len_a=0, max_len_b=12)
+    ours = greedy_with(model, src, max_len_a=0, max_len_b=12)
     assert [tokenizers.tgt.pieces(o) for o in ours] == [r.hypotheses[0] for r in greedy]
 
     beam = translator.translate_batch(pieces, beam_size=3, max_decoding_length=12,
                                       length_penalty=0.0)
-    ours_beam = [h[0].tokens for h in beam_search(model, src, beam_size=3, max_len_a=0,
-                                                  max_len_b=12, length_penalty_alpha=0.0)]
+    ours_beam = [h[0].tokens for h in beam_with(model, src, beam_size=3, max_len_a=0,
+                                                  max_len_b=12, length_penalty=0.0)]
     same = sum(tokenizers.tgt.pieces(o) == r.hypotheses[0] for o, r in zip(ours_beam, beam,
                                                                            strict=True))
     assert same >= 11  # CTranslate2's own stopping rule may rarely pick another hypothesis

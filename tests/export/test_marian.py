@@ -1,13 +1,11 @@
 import pytest
 import torch
 
-from transduce.decoding.beam import beam_search
-from transduce.decoding.greedy import greedy_search
 from transduce.errors import UserError
 from transduce.export.marian import residual_permutation, to_huggingface, to_marian
 from transduce.model.embeddings import sinusoidal_encoding
 
-from ..conftest import random_tokens, small_model
+from ..conftest import beam_with, greedy_with, random_tokens, small_model
 from ..decoding.test_greedy import _model_that_stops
 
 pytest.importorskip("transformers")
@@ -63,9 +61,9 @@ def test_generate_agrees_with_our_greedy_and_beam_search(norm_first):
     def strip(row):
         return [t for t in row.tolist()[1:] if t not in (PAD, EOS)]
 
-    ours_greedy = greedy_search(model, src, max_len_a=0, max_len_b=10)
-    ours_beam = [h[0].tokens for h in beam_search(
-        model, src, beam_size=4, max_len_a=0, max_len_b=10, length_penalty_alpha=0.6,
+    ours_greedy = greedy_with(model, src, max_len_a=0, max_len_b=10)
+    ours_beam = [h[0].tokens for h in beam_with(
+        model, src, beam_size=4, max_len_a=0, max_len_b=10, length_penalty=0.6,
         length_normalization="power", stopping="exact")]  # as early_stopping="never"
     assert [strip(r) for r in hf_greedy] == ours_greedy
     assert [tuple(strip(r)) for r in hf_beam] == ours_beam

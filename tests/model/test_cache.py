@@ -114,3 +114,48 @@ def test_compacting_order_moves_only_the_last_sentences_into_the_places_of_finis
         moved = order != torch.arange(len(order))
         assert int(moved.sum()) == int(done[: len(kept)].sum())  # one per place left
         assert bool((order[moved] >= len(kept)).all())  # only those from beyond the kept length
+
+
+def test_a_static_cache_holds_what_the_growing_one_holds_through_reorders():
+    """Written at its position, read through its mask: the positions written equal the growing
+    cache's, through rows repeated (beams split), reordered in place and dropped."""
+    from transduce.model.cache import StaticKVCache
+
+    position = torch.zeros((), dtype=torch.long)
+    static, growing = StaticKVCache(position, capacity=6), KVCache()
+    steps = torch.randn(5, 6, 2, 1, 4)  # (step, rows, H, 1, Dh)
+    for t, index in enumerate([None, torch.tensor([0, 0, 1, 1, 2, 2]),
+                               torch.tensor([1, 0, 2, 3, 4, 5]), torch.tensor([0, 2, 1]),
+                               None]):
+        if index is not None:
+            static.select(index)
+            growing.select(index)
+        rows = len(growing.keys) if growing.rows else 3
+        k = steps[t, :rows]
+        held_k, held_v = static.append(k, -k)
+        want_k, want_v = growing.append(k, -k)
+        seen = static.mask[0]
+        assert seen.sum() == t + 1 and seen[: t + 1].all()
+        torch.testing.assert_close(held_k[:, :, seen], want_k)
+        torch.testing.assert_close(held_v[:, :, seen], want_v)
+        position += 1
+
+
+def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
+    from transduce.model.cache import StaticDecoderCache
+
+    from ..conftest import random_tokens, small_model
+
+    model = small_model().eval()
+    src = random_tokens(3, 7)
+    src[1, 4:] = 1
+    memory, mask = model.encode(src), model.src_mask(src)
+    tokens = random_tokens(3, 5)
+    static = StaticDecoderCache.empty(len(model.decoder.layers), max_length=8)
+    growing = model.new_cache()
+    with torch.no_grad():
+        for t in range(5):
+            want = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=growing)
+            got = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=static)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert int(static.length) == growing.length == 5

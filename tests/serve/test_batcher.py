@@ -20,14 +20,14 @@ def _serve(batcher: Batcher, requests: list[tuple[list[str], Search]]):
 def test_concurrent_requests_are_batched_and_each_gets_what_it_gets_alone(translator):
     batches = []
     batcher = Batcher(translator, wait=0.05, on_batch=lambda n, *_: batches.append(n))
-    beam, greedy = Search(3), Search(1)
+    beam, greedy = _search(translator, 3), _search(translator, 1)
     requests = [([s], beam if i % 3 else greedy) for i, s in enumerate(SENTENCES * 4)]
-    requests.append((SENTENCES[:3], Search(3, nbest=2)))
+    requests.append((SENTENCES[:3], _search(translator, 3, nbest=2)))
     results = _serve(batcher, requests)
     assert len(batches) < len(requests) and max(batches) > 1  # batched
     assert sum(batches) == sum(len(s) for s, _ in requests)
     for (sentences, search), got in zip(requests, results, strict=True):
-        alone = translator.translate_detailed(sentences, beam_size=search.beam_size,
+        alone = translator.translate_detailed(sentences, beam_size=search.decode.beam_size,
                                               nbest=search.nbest)
         assert [t.text for t in got] == [t.text for t in alone]
         assert [[text for text, _ in t.nbest] for t in got] == [
@@ -39,7 +39,7 @@ def test_concurrent_requests_are_batched_and_each_gets_what_it_gets_alone(transl
 def test_without_batching_requests_are_served_one_at_a_time(translator):
     batches = []
     batcher = Batcher(translator, batching=False, on_batch=lambda n, *_: batches.append(n))
-    results = _serve(batcher, [([s], Search(3)) for s in SENTENCES])
+    results = _serve(batcher, [([s], _search(translator, 3)) for s in SENTENCES])
     assert batches == [1] * len(SENTENCES)
     assert [r[0].text for r in results] == translator.translate(SENTENCES, beam_size=3)
 
@@ -48,7 +48,7 @@ def test_a_token_budget_splits_batches(translator):
     batches = []
     batcher = Batcher(translator, max_tokens=16, wait=0.05,
                       on_batch=lambda n, tokens, *_: batches.append((n, tokens)))
-    _serve(batcher, [([s], Search(1)) for s in SENTENCES])
+    _serve(batcher, [([s], _search(translator, 1)) for s in SENTENCES])
     assert len(batches) > 1 and max(n for n, _ in batches) > 1
     assert all(tokens <= 16 or n == 1 for n, tokens in batches)
 
@@ -59,8 +59,8 @@ def test_a_cancelled_request_is_left_out(translator):
 
     async def main():
         batcher.start()
-        gone = asyncio.ensure_future(batcher.translate(["seven"], Search(1)))
-        kept = asyncio.ensure_future(batcher.translate(["twelve"], Search(1)))
+        gone = asyncio.ensure_future(batcher.translate(["seven"], _search(translator, 1)))
+        kept = asyncio.ensure_future(batcher.translate(["twelve"], _search(translator, 1)))
         await asyncio.sleep(0.01)
         gone.cancel()  # its client left while the batch was gathering
         result = await kept
@@ -80,7 +80,7 @@ def test_a_request_is_answered_when_its_sentences_are_done_not_the_whole_batch(t
         batcher.start()
 
         async def ask(name, sentences):
-            result = await batcher.translate(sentences, Search(1))
+            result = await batcher.translate(sentences, _search(translator, 1))
             answered.append(name)
             return result
         results = await asyncio.gather(ask("long", long), ask("short", short))
@@ -91,3 +91,8 @@ def test_a_request_is_answered_when_its_sentences_are_done_not_the_whole_batch(t
     assert answered == ["short", "long"]
     assert short_result[0].text == translator.translate(short, beam_size=1)[0]
     assert long_result[0].text == translator.translate(long, beam_size=1)[0]
+
+
+def _search(translator, beam_size: int, nbest: int = 1) -> Search:
+    """A request's search: the model's settings with this beam size."""
+    return Search(translator.decode_config(beam_size=beam_size), nbest)

@@ -153,7 +153,9 @@ def test_cors_allows_any_origin(client):
 
 
 def test_api_keys_and_rate_limit(translator, tmp_path):
-    app = make_app(translator, api_keys=frozenset({"secret"}), rate_limit=3)
+    keys = tmp_path / "keys"
+    keys.write_text("secret\n")
+    app = make_app(translator, api_keys=keys, rate_limit="3/minute")
     with TestClient(app) as client:
         fields = {"q": "seven", "source": "en", "target": "de"}
         assert client.get("/frontend/settings").json()["keyRequired"] is True

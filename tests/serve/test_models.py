@@ -41,6 +41,48 @@ def test_settings_from_the_command_line(tmp_path):
         read_api_keys(keys)
     with pytest.raises(UserError, match="--max-batch-tokens must be at least 1"):
         ServeSettings(max_batch_tokens=0)
+    with pytest.raises(UserError, match="--rate-limit 'fast': expected N/minute"):
+        ServeSettings(rate_limit="fast")
+
+
+def test_each_option_of_serve_is_a_field_of_its_settings():
+    """One declaration per option: serve's own options are ServeSettings' fields, by name,
+    with their defaults; the search's are DecodeConfig's."""
+    import dataclasses
+
+    from transduce.cli import build_parser
+    from transduce.decoding.config import FIELDS
+    from transduce.serve_command import settings_of
+
+    args = build_parser().parse_args(["serve", "--model", "RUN"])
+    assert settings_of(args) == ServeSettings()
+    names = {f.name for f in dataclasses.fields(ServeSettings)} - {"decode"}
+    assert names | set(FIELDS) <= set(vars(args))
+    given = build_parser().parse_args(["serve", "--model", "RUN", "--max-chars", "10",
+                                       "--no-batching", "--beam-size", "2"])
+    assert settings_of(given) == ServeSettings(max_chars=10, batching=False,
+                                               decode={"beam_size": 2})
+
+
+def test_serve_options_come_from_the_environment_unless_given(monkeypatch):
+    from transduce.cli import build_parser
+    from transduce.options import from_environment
+    from transduce.serve_command import ENVIRONMENT, settings_of
+
+    for name, value in (("MAX_CHARS", "200"), ("BATCHING", "false"), ("BEAM_SIZE", "2"),
+                        ("RATE_LIMIT", "5/minute"), ("MODEL", "a,b"), ("PORT", "6000")):
+        monkeypatch.setenv(ENVIRONMENT + name, value)
+    parser = build_parser()
+    argv = ["serve", "--max-chars", "300"]
+    args = parser.parse_args(argv)
+    args.argv = argv
+    from_environment(args.parser, args, ENVIRONMENT)
+    assert args.model == ["a", "b"] and args.port == 6000
+    assert settings_of(args) == ServeSettings(max_chars=300, batching=False,
+                                              rate_limit="5/minute", decode={"beam_size": 2})
+    monkeypatch.setenv(ENVIRONMENT + "MAX_TEXTS", "many")
+    with pytest.raises(UserError, match="TRANSDUCE_SERVE_MAX_TEXTS='many': invalid literal"):
+        from_environment(args.parser, args, ENVIRONMENT)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -55,9 +97,9 @@ def test_bad_options_are_one_line(run_dir, capsys, args, message):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_settings_reach_the_workers_whole():
-    settings = ServeSettings(beam_size=4, api_keys=frozenset({"a", "b"}), rate_limit=5,
-                             rate_window=1.0, workers=3, batching=False)
+def test_settings_reach_the_workers_whole(tmp_path):
+    settings = ServeSettings(decode={"beam_size": 4}, api_keys=tmp_path / "keys",
+                             rate_limit="5/second", workers=3, batching=False)
     assert ServeSettings.from_json(settings.to_json()) == settings
     assert settings.threads_per_worker() >= 1
     assert ServeSettings().threads_per_worker() == 0  # one worker: PyTorch's default

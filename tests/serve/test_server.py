@@ -196,34 +196,56 @@ def test_serve_dtype_int8_batches_requests_as_translate_dtype_int8(server, run_d
     assert [r.json()["translatedText"] for r in responses] == output.read_text().splitlines()
 
 
-# serve's search options (those it shares with translate, and --beam), each with a value
-SEARCH_OPTIONS = {"--beam": ["--beam", "2"], "--device": ["--device", "cpu"],
-                  "--dtype": ["--dtype", "bfloat16"], "--compile": ["--compile"]}
+# serve's search options (those it shares with translate), each with a value: the device's
+# each in a server of its own, DecodeConfig's all together in one
+DEVICE_OPTIONS = {"--device": ["--device", "cpu"], "--dtype": ["--dtype", "bfloat16"],
+                  "--compile": ["--compile"]}
+DECODE_OPTIONS = {"--beam-size": "3", "--length-penalty": "1.5", "--length-normalization": "power",
+                  "--stopping": "exact", "--max-len-a": "0.5", "--max-len-b": "4",
+                  "--min-len": "2", "--renormalize": None, "--max-tokens": "16"}
 
 
-def test_the_search_options_table_holds_every_search_option_serve_lists():
+def test_the_search_options_tables_hold_every_search_option_serve_lists():
     from ..test_every_option import listed
 
     shared = listed("serve") & listed("translate") - {"--model", "--help"}
-    assert shared | {"--beam"} == set(SEARCH_OPTIONS)
+    assert shared == set(DEVICE_OPTIONS) | set(DECODE_OPTIONS)
 
 
-@pytest.mark.parametrize("option", sorted(SEARCH_OPTIONS))
-def test_serve_runs_with_each_search_option(option, server, run_dir):
+def _lines_alone(url: str, lines: list[str]) -> list[str]:
+    with httpx.Client(base_url=url, timeout=300) as client:
+        return [client.post("/translate", json={"q": line, "source": "en", "target": "de"}
+                            ).json()["translatedText"] for line in lines]
+
+
+@pytest.mark.parametrize("option", sorted(DEVICE_OPTIONS))
+def test_serve_runs_with_each_device_option(option, server, run_dir):
     """Each line alone (one request at a time): what Translator gives with the same setting."""
     from transduce.decoding.translator import Translator
 
-    args = SEARCH_OPTIONS[option]
-    _, url = server(*args)
+    _, url = server(*DEVICE_OPTIONS[option])
     lines = ["seven", "three hundred and twelve", "forty-one"]
     load = {"--device": dict(device="cpu"), "--dtype": dict(dtype="bfloat16"),
-            "--compile": dict(compile=True)}.get(option, {})
-    translator = Translator.load(run_dir, **load)
-    search = {"beam_size": 2} if option == "--beam" else {}
-    with httpx.Client(base_url=url, timeout=300) as client:
-        for line in lines:
-            answer = client.post("/translate", json={"q": line, "source": "en", "target": "de"})
-            assert answer.json()["translatedText"] == translator.translate([line], **search)[0]
+            "--compile": dict(compile=True)}[option]
+    assert _lines_alone(url, lines) == Translator.load(run_dir, **load).translate(lines)
+
+
+def test_serve_searches_as_its_decode_options_say(server, run_dir):
+    """Every DecodeConfig option at once, over the model's own decode section: what Translator
+    gives with the same settings (and not what it gives with the model's own)."""
+    from transduce.decoding.translator import Translator
+
+    args = [word for option, value in DECODE_OPTIONS.items()
+            for word in ([option] if value is None else [option, value])]
+    _, url = server(*args)
+    lines = ["seven", "three hundred and twelve", "forty-one", "one thousand and one"]
+    translator = Translator.load(run_dir)
+    settings = dict(beam_size=3, length_penalty=1.5, length_normalization="power",
+                    stopping="exact", max_len_a=0.5, max_len_b=4, min_len=2, renormalize=True,
+                    max_tokens=16)
+    served = _lines_alone(url, lines)
+    assert served == translator.translate(lines, **settings)
+    assert served != translator.translate(lines)
 
 
 def test_serve_refuses_a_port_in_use_before_it_says_serving(run_dir, capsys):

@@ -26,11 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transduce.decoding.config import STOPPING
-from transduce.decoding.ensemble import Ensemble, decoder_steps
+from transduce.decoding.config import DecodeConfig
 from transduce.decoding.ranking import top_k
+from transduce.decoding.searchable import Searchable
 from transduce.decoding.steps import compacting_order, forced_prefix, max_output_lengths
-from transduce.model.transformer import Transformer
+
+BEAM = DecodeConfig()
 
 
 @dataclass(frozen=True, order=True)
@@ -47,28 +48,23 @@ def length_penalty(length: int | Tensor, alpha: float, form: str = "gnmt"):
 
 
 @torch.no_grad()
-def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 4,
-                length_penalty_alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
-                min_len: int = 1, nbest: int = 1, prefixes: list[list[int]] | None = None,
-                length_normalization: str = "gnmt", stopping: str = "early",
-                use_cache: bool = True, renormalize: bool = False,
+def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
+                nbest: int = 1, prefixes: list[list[int]] | None = None, use_cache: bool = True,
                 on_done: Callable[[int, list[Hypothesis]], None] | None = None,
                 ) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses of each source in src (B, S), best first. `on_done(i,
+    """The `nbest` best hypotheses of each source in src (B, S), best first, searched as
+    `decode` says (beam_size, length_penalty, length_normalization, stopping, the length limits,
+    renormalize). `prefixes` force the first target tokens of each sentence. `on_done(i,
     hypotheses)` is told of each sentence's as soon as its search is over."""
-    if length_normalization not in ("gnmt", "power"):
-        raise ValueError(f"length_normalization must be 'gnmt' or 'power', got "
-                         f"{length_normalization!r}")
-    if stopping not in STOPPING:
-        raise ValueError(f"stopping must be one of {', '.join(STOPPING)}, got {stopping!r}")
     config = model.config
-    eos, k, alpha = config.eos_id, beam_size, length_penalty_alpha
+    eos, k, alpha = config.eos_id, decode.beam_size, decode.length_penalty
+    form, min_len, renormalize = decode.length_normalization, decode.min_len, decode.renormalize
     if not 1 <= nbest <= k:
         raise ValueError(f"nbest must be between 1 and the beam size {k}, got {nbest}")
     batch, device = src.shape[0], src.device
-    steps = decoder_steps(model, src, use_cache=use_cache)  # one row per sentence, then k
+    steps = model.steps(src, use_cache=use_cache)  # one row per sentence, then k
     forced, forced_len = forced_prefix(prefixes, batch, device)
-    limits = max_output_lengths(steps.src_lengths, max_len_a, max_len_b, config.max_positions)
+    limits = max_output_lengths(steps.src_lengths, decode, config.max_positions)
     limits = torch.maximum(limits, forced_len)
     steps.limit(int(limits.max()) + 1)  # <bos> and a token for each step
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
@@ -104,8 +100,7 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
             prefix = tokens.view(n, width, -1)
             for row, rank in hits:
                 _add(finished[int(active[row])], nbest, Hypothesis(
-                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha,
-                                                                  length_normalization),
+                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha, form),
                     float(top_scores[row, rank]),
                     tuple(prefix[row, beam[row, rank]].tolist())))
 
@@ -124,8 +119,8 @@ def beam_search(model: Transformer | Ensemble, src: Tensor, *, beam_size: int = 
             steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
-        done = _done(finished, active, scores, limits, step, nbest, alpha, length_normalization,
-                     exact=stopping == "exact")
+        done = _done(finished, active, scores, limits, step, nbest, alpha, form,
+                     exact=decode.stopping == "exact")
         if on_done is not None:
             for sentence in active[done].tolist():
                 on_done(sentence, sorted(finished[sentence], reverse=True)[:nbest])

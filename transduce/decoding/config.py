@@ -49,3 +49,24 @@ class DecodeConfig:
 
 
 FIELDS = tuple(f.name for f in fields(DecodeConfig))  # each a search setting, by its name
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Draw each next token instead of searching (e.g. for back-translation)."""
+
+    temperature: float = 1.0  # divides the logits
+    top_k: int = 0  # draw from the k likeliest tokens (0: all)
+    top_p: float = 1.0  # ... or from the likeliest tokens holding this much probability (nucleus)
+    seed: int | None = None  # the random seed, for the same draws again
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise UserError(f"sampling.temperature must be positive, got {self.temperature}")
+        if self.top_k < 0:
+            raise UserError(f"sampling.top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise UserError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+
+
+SAMPLING_FIELDS = tuple(f.name for f in fields(Sampling))

@@ -15,21 +15,19 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from transduce.decoding.compiled import Compiled, StaticSteps
-from transduce.decoding.steps import DecoderSteps
+from transduce.decoding.searchable import Searchable, Steps
 from transduce.errors import UserError
 from transduce.model.config import ModelConfig
-from transduce.model.transformer import Transformer
 
 # what the members of an ensemble must agree on: the tokens they read and write
 _SAME = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
 
 
 class Ensemble(nn.Module):
-    """Models searched as one: `greedy_search`, `sample` and `beam_search` accept it where they
-    accept a Transformer. The members may differ in shape, not in vocabulary."""
+    """Models searched as one (a `Searchable`, of `Searchable`s: models or compiled ones). The
+    members may differ in shape, not in vocabulary."""
 
-    def __init__(self, models: Sequence[Transformer]) -> None:
+    def __init__(self, models: Sequence[Searchable]) -> None:
         super().__init__()
         if not models:
             raise UserError("an ensemble needs at least one model")
@@ -51,6 +49,9 @@ class Ensemble(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> list[Tensor]:
         return [m.encode(src, src_mask) for m in self.members]
 
+    def steps(self, src: Tensor, *, use_cache: bool = True) -> EnsembleSteps:
+        return EnsembleSteps(self, src, use_cache=use_cache)
+
     def decode_with_attention(self, tgt: Tensor, memory: list[Tensor], src_mask: Tensor | None,
                               ) -> tuple[Tensor, Tensor]:
         """The members' mean log-probabilities (B, T, V) and mean cross-attention weights
@@ -67,10 +68,10 @@ class Ensemble(nn.Module):
 
 
 class EnsembleSteps:
-    """`DecoderSteps` over an ensemble's members, each with its own encoder output and cache."""
+    """`Steps` over an ensemble's members, each with its own encoder output and cache."""
 
     def __init__(self, ensemble: Ensemble, src: Tensor, *, use_cache: bool = True) -> None:
-        self.members = [decoder_steps(m, src, use_cache=use_cache) for m in ensemble.members]
+        self.members: list[Steps] = [m.steps(src, use_cache=use_cache) for m in ensemble.members]
         self._log_n = math.log(len(self.members))
 
     @property
@@ -108,15 +109,3 @@ class EnsembleSteps:
         for member in self.members:
             member.reorder_beams(rows)
 
-
-def decoder_steps(model: Transformer | Ensemble, src: Tensor, *,
-                  use_cache: bool = True) -> DecoderSteps | EnsembleSteps:
-    """The step-by-step decoder of a model, of a compiled one (without the cache: the eager
-    steps, for checking) or of an ensemble."""
-    if isinstance(model, Ensemble):
-        return EnsembleSteps(model, src, use_cache=use_cache)
-    if isinstance(model, Compiled):
-        if use_cache:
-            return StaticSteps(model.model, src)
-        model = model.model
-    return DecoderSteps(model, src, use_cache=use_cache)

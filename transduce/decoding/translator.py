@@ -15,11 +15,11 @@ from transduce import runtime
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
-from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig
+from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
 from transduce.decoding.ensemble import Ensemble
-from transduce.decoding.search import Sampling, search
+from transduce.decoding.search import search
+from transduce.decoding.searchable import Searchable
 from transduce.errors import UserError
-from transduce.model.transformer import Transformer
 from transduce.runs.load import load_run
 from transduce.runtime import native_bf16, resolve_device
 
@@ -45,7 +45,7 @@ class Translation:
 class Translator:
     """A model with its tokenizers and search settings."""
 
-    def __init__(self, model: Transformer | Ensemble, tokenizers: Tokenizers,
+    def __init__(self, model: Searchable, tokenizers: Tokenizers,
                  decode: DecodeConfig | None = None) -> None:
         self.model = model.eval()
         self.tokenizers = tokenizers
@@ -129,10 +129,8 @@ class Translator:
         return [t.text for t in self.translate_detailed(sentences, **options)]
 
     def translate_detailed(self, sentences: Iterable[str], *, nbest: int = 1,
-                           sampling: bool = False, temperature: float = 1.0, top_k: int = 0,
-                           top_p: float = 1.0, seed: int | None = None,
-                           prefixes: list[str] | None = None, attention: bool = False,
-                           progress: bool = False,
+                           sampling: Sampling | None = None, prefixes: list[str] | None = None,
+                           attention: bool = False, progress: bool = False,
                            on_translation: Callable[[int, Translation], None] | None = None,
                            **decode) -> list[Translation]:
         """Translations with n-best scores, and optionally the cross-attention of the best.
@@ -141,12 +139,14 @@ class Translator:
         renormalize, ...; None keeps the model's), over the model's own `self.decode`.
         Sentences are batched by `max_tokens` source tokens, longest first, and returned in
         input order. An empty sentence gives an empty translation. Beam size 1 is greedy search;
-        `sampling` draws (temperature, top-k, top-p) instead of searching. `prefixes` force the
-        start of each translation. `on_translation(i, translation)` is told of each sentence's
-        as soon as it is known (before the rest of its batch, whose search goes on).
+        `sampling` draws (temperature, top-k, top-p; its seed for the same draws again) instead
+        of searching. `prefixes` force the start of each translation. `on_translation(i,
+        translation)` is told of each sentence's as soon as it is known (before the rest of its
+        batch, whose search goes on).
         """
         decode = self.decode_config(**decode)
-        if nbest < 1 or (nbest > decode.beam_size and not sampling) or (nbest > 1 and sampling):
+        drawing = sampling is not None
+        if nbest < 1 or (nbest > decode.beam_size and not drawing) or (nbest > 1 and drawing):
             raise UserError(f"nbest={nbest}: between 1 and the beam size ({decode.beam_size}); "
                             "sampling draws 1")
         sentences = list(sentences)
@@ -155,10 +155,9 @@ class Translator:
                   if prefixes else None)
         if forced is not None and len(forced) != len(sentences):
             raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences")
-        drawing = None
-        if sampling:
-            generator = torch.Generator().manual_seed(seed) if seed is not None else None
-            drawing = Sampling(temperature, top_k, top_p, generator)
+        generator = None  # one for all batches: the draws of a seed do not depend on batching
+        if sampling is not None and sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         def done(i: int, hyps: list[Hypothesis]) -> None:
@@ -173,7 +172,8 @@ class Translator:
         bar = tqdm(total=len(todo), unit="sent", disable=not progress)
         for batch in self._batches(todo, sources, decode.max_tokens):
             src = self._pad([sources[i] for i in batch])
-            outputs = search(self.model, src, decode, nbest=nbest, sampling=drawing,
+            outputs = search(self.model, src, decode, nbest=nbest, sampling=sampling,
+                             generator=generator,
                              prefixes=[forced[i] for i in batch] if forced else None,
                              on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
                              if on_translation is not None else None)

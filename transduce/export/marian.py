@@ -29,6 +29,90 @@ def residual_permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
+# Our parameters and Hugging Face Marian's (and Pegasus's), one table read both ways: import
+# (transduce.importers.marian) and export (`to_huggingface`). Each layer's, by (ours, theirs,
+# kind); the kind says how the residual stream's permutation applies: "reads" to a Linear's
+# input columns, "writes" to its output rows, "norm" to a LayerNorm's features, "attention" to
+# the q/k/v projections (packed in ours, three in theirs) and the output projection.
+LAYERS = {
+    "encoder": (("self_attn", "self_attn", "attention"),
+                ("attn_block.norm", "self_attn_layer_norm", "norm"),
+                ("ffn.w1", "fc1", "reads"), ("ffn.w2", "fc2", "writes"),
+                ("ffn_block.norm", "final_layer_norm", "norm")),
+    "decoder": (("self_attn", "self_attn", "attention"),
+                ("self_attn_block.norm", "self_attn_layer_norm", "norm"),
+                ("cross_attn", "encoder_attn", "attention"),
+                ("cross_attn_block.norm", "encoder_attn_layer_norm", "norm"),
+                ("ffn.w1", "fc1", "reads"), ("ffn.w2", "fc2", "writes"),
+                ("ffn_block.norm", "final_layer_norm", "norm")),
+}
+
+
+def parameter_names(config) -> list[tuple[str, str, str]]:
+    """(our name, their name, kind) of every parameter group of a model of `config`: the
+    layers' (LAYERS), the embeddings ("embedding": columns permuted), a pre-norm model's final
+    LayerNorms, the output bias ("bias": (V,) ours, (1, V) theirs). Embeddings: ours are shared
+    and tied (export needs it); an imported model's may be neither."""
+    if config.share_embeddings:
+        names = [("encoder.embedding.tokens", "model.shared", "embedding")]
+    else:
+        names = [("encoder.embedding.tokens", "model.encoder.embed_tokens", "embedding"),
+                 ("decoder.embedding.tokens", "model.decoder.embed_tokens", "embedding")]
+    if not config.tie_output:
+        names.append(("output", "lm_head", "embedding"))
+    for stack, layers in (("encoder", config.n_encoder_layers),
+                          ("decoder", config.n_decoder_layers)):
+        for i in range(layers):
+            names += [(f"{stack}.layers.{i}.{ours}", f"model.{stack}.layers.{i}.{theirs}", kind)
+                      for ours, theirs, kind in LAYERS[stack]]
+        if config.norm_first:
+            names.append((f"{stack}.norm", f"model.{stack}.layer_norm", "norm"))
+    if config.output_bias:
+        names.append(("output.bias", "final_logits_bias", "bias"))
+    return names
+
+
+def convert(state: dict[str, torch.Tensor], config, *, to_theirs: bool) -> dict[str, torch.Tensor]:
+    """A state dict in the other's names and layout: ours to theirs (`to_theirs`), or theirs
+    to ours, by `parameter_names`."""
+    p = residual_permutation(config.d_model)
+    if not to_theirs:
+        p = torch.argsort(p)  # the inverse: our_vector = marian_vector[argsort(p)]
+    d = config.d_model
+    out: dict[str, torch.Tensor] = {}
+
+    def move(source: str, target: str, kind: str) -> None:
+        weight, bias = state.get(f"{source}.weight"), state.get(f"{source}.bias")
+        if kind in ("reads", "embedding"):
+            out[f"{target}.weight"] = weight[:, p]
+        elif kind in ("writes", "norm"):
+            out[f"{target}.weight"] = weight[p]
+        if kind in ("reads", "writes", "norm") and bias is not None:
+            out[f"{target}.bias"] = bias if kind == "reads" else bias[p]
+
+    for ours, theirs, kind in parameter_names(config):
+        if kind == "bias":
+            out[theirs if to_theirs else ours] = (state[ours][None] if to_theirs
+                                                  else state[theirs].reshape(-1))
+        elif kind == "attention":
+            projections = [f"{theirs}.{name}" for name in ("q_proj", "k_proj", "v_proj")]
+            if to_theirs:
+                w, b = state[f"{ours}.in_proj.weight"], state[f"{ours}.in_proj.bias"]
+                for i, name in enumerate(projections):
+                    out[f"{name}.weight"] = w[i * d : (i + 1) * d][:, p]
+                    out[f"{name}.bias"] = b[i * d : (i + 1) * d]
+            else:
+                out[f"{ours}.in_proj.weight"] = torch.cat(
+                    [state[f"{name}.weight"][:, p] for name in projections])
+                out[f"{ours}.in_proj.bias"] = torch.cat(
+                    [state[f"{name}.bias"] for name in projections])
+            move(*((f"{ours}.out_proj", f"{theirs}.out_proj") if to_theirs
+                   else (f"{theirs}.out_proj", f"{ours}.out_proj")), "writes")
+        else:
+            move(*((ours, theirs) if to_theirs else (theirs, ours)), kind)
+    return out
+
+
 def _check(model: Transformer) -> None:
     c = model.config
     if c.positional != "sinusoidal" or not c.share_embeddings or not c.tie_output:
@@ -87,49 +171,7 @@ def to_huggingface(model: Transformer):
     same logits as `model` (eval mode)."""
     hf_type = huggingface_types(model)[1]
     hf = hf_type(hf_config(model)).eval()
-    p = residual_permutation(model.config.d_model)
-    d = model.config.d_model
-    state = {}
-
-    def reads(name: str, weight, bias):  # a Linear that reads the residual stream
-        state[f"{name}.weight"], state[f"{name}.bias"] = weight[:, p], bias
-
-    def writes(name: str, weight, bias):  # a Linear that writes into the residual stream
-        state[f"{name}.weight"], state[f"{name}.bias"] = weight[p], bias[p]
-
-    def norm(name: str, layer_norm):
-        state[f"{name}.weight"], state[f"{name}.bias"] = layer_norm.weight[p], layer_norm.bias[p]
-
-    def attention(name: str, mha):
-        w, b = mha.in_proj.weight, mha.in_proj.bias
-        for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
-            reads(f"{name}.{proj}", w[i * d : (i + 1) * d], b[i * d : (i + 1) * d])
-        writes(f"{name}.out_proj", mha.out_proj.weight, mha.out_proj.bias)
-
-    def ffn(name: str, layer):
-        reads(f"{name}.fc1", layer.ffn.w1.weight, layer.ffn.w1.bias)
-        writes(f"{name}.fc2", layer.ffn.w2.weight, layer.ffn.w2.bias)
-
-    state["model.shared.weight"] = model.encoder.embedding.tokens.weight[:, p]
-    for i, layer in enumerate(model.encoder.layers):
-        prefix = f"model.encoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.self_attn)
-        norm(f"{prefix}.self_attn_layer_norm", layer.attn_block.norm)
-        ffn(prefix, layer)
-        norm(f"{prefix}.final_layer_norm", layer.ffn_block.norm)
-    for i, layer in enumerate(model.decoder.layers):
-        prefix = f"model.decoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.self_attn)
-        norm(f"{prefix}.self_attn_layer_norm", layer.self_attn_block.norm)
-        attention(f"{prefix}.encoder_attn", layer.cross_attn)
-        norm(f"{prefix}.encoder_attn_layer_norm", layer.cross_attn_block.norm)
-        ffn(prefix, layer)
-        norm(f"{prefix}.final_layer_norm", layer.ffn_block.norm)
-    if model.config.norm_first:  # pre-norm: a LayerNorm after each stack
-        norm("model.encoder.layer_norm", model.encoder.norm)
-        norm("model.decoder.layer_norm", model.decoder.norm)
-    if model.config.output_bias:
-        state["final_logits_bias"] = model.output.bias[None]
+    state = convert(model.state_dict(), model.config, to_theirs=True)
     missing, unexpected = hf.load_state_dict(
         {k: v.detach().clone() for k, v in state.items()}, strict=False)
     left = [k for k in missing if not k.endswith(("embed_positions.weight", "embed_tokens.weight",

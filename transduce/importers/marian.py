@@ -31,7 +31,7 @@ from transduce.data.marian_tokenizer import MarianTokenizer
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
-from transduce.export.marian import residual_permutation
+from transduce.export.marian import convert
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
@@ -219,51 +219,9 @@ def _model_config(raw: dict, tokenizers: Tokenizers) -> ModelConfig:
 
 @torch.no_grad()
 def _weights(hf, config: ModelConfig) -> dict[str, torch.Tensor]:
-    """Our state dict from the MarianMTModel `hf`, the residual stream permuted into our
-    sinusoids' layout: our_vector = marian_vector[q]."""
-    q = torch.argsort(residual_permutation(config.d_model))
-    state = {}
-
-    def reads(name: str, linear):  # a Linear that reads the residual stream
-        state[f"{name}.weight"], state[f"{name}.bias"] = linear.weight[:, q], linear.bias
-
-    def writes(name: str, linear):  # a Linear that writes into it
-        state[f"{name}.weight"], state[f"{name}.bias"] = linear.weight[q], linear.bias[q]
-
-    def norm(name: str, layer_norm):
-        state[f"{name}.weight"], state[f"{name}.bias"] = layer_norm.weight[q], layer_norm.bias[q]
-
-    def attention(name: str, hf_attention):
-        projections = [getattr(hf_attention, p) for p in ("q_proj", "k_proj", "v_proj")]
-        state[f"{name}.in_proj.weight"] = torch.cat([p.weight[:, q] for p in projections])
-        state[f"{name}.in_proj.bias"] = torch.cat([p.bias for p in projections])
-        writes(f"{name}.out_proj", hf_attention.out_proj)
-
-    def ffn(name: str, layer):
-        reads(f"{name}.ffn.w1", layer.fc1)
-        writes(f"{name}.ffn.w2", layer.fc2)
-
-    encoder, decoder = hf.model.encoder, hf.model.decoder
-    state["encoder.embedding.tokens.weight"] = encoder.embed_tokens.weight[:, q]
-    if not config.share_embeddings:
-        state["decoder.embedding.tokens.weight"] = decoder.embed_tokens.weight[:, q]
-    if not config.tie_output:
-        state["output.weight"] = hf.lm_head.weight[:, q]
-    state["output.bias"] = hf.final_logits_bias.reshape(-1)
-    for i, layer in enumerate(encoder.layers):
-        prefix = f"encoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.self_attn)
-        norm(f"{prefix}.attn_block.norm", layer.self_attn_layer_norm)
-        ffn(prefix, layer)
-        norm(f"{prefix}.ffn_block.norm", layer.final_layer_norm)
-    for i, layer in enumerate(decoder.layers):
-        prefix = f"decoder.layers.{i}"
-        attention(f"{prefix}.self_attn", layer.self_attn)
-        norm(f"{prefix}.self_attn_block.norm", layer.self_attn_layer_norm)
-        attention(f"{prefix}.cross_attn", layer.encoder_attn)
-        norm(f"{prefix}.cross_attn_block.norm", layer.encoder_attn_layer_norm)
-        ffn(prefix, layer)
-        norm(f"{prefix}.ffn_block.norm", layer.final_layer_norm)
+    """Our state dict from the MarianMTModel `hf` (transduce.export.marian's name table, read
+    the other way): the residual stream permuted into our sinusoids' layout."""
+    state = convert(hf.state_dict(), config, to_theirs=False)
     return {k: v.detach().float().contiguous().clone() for k, v in state.items()}
 
 

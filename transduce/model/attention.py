@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from transduce.kernels.attention import fused_attention, fused_attention_pays
 from transduce.kernels.linear import Linear
-from transduce.model.cache import KVCache
+from transduce.model.cache import KVCache, SourceKVCache, StaticKVCache
 from transduce.model.masks import causal_mask
 
 
@@ -90,13 +90,15 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
-                causal: bool = False, cache: KVCache | None = None,
+                causal: bool = False,
+                cache: KVCache | StaticKVCache | SourceKVCache | None = None,
                 need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attend from x (B, T, D) to itself, or to `memory` (B, S, D) when given.
 
         mask: broadcastable to (B, H, T, T_k), True = may attend. causal: queries attend only to
         keys up to their own position. cache: self-attention appends this call's keys and values
-        to it and attends to all of them; cross-attention fills it once and then reuses it.
+        to it and attends to all of them (a static cache: to those its mask allows);
+        cross-attention fills it once and then reuses it.
         Returns the output (B, T, D) and, with need_weights, the weights (B, H, T, T_k).
         `memory` may have B / g rows (g dividing B): then each serves g consecutive rows of x, as
         a source's encoder output serves its g beams without being repeated g times.
@@ -106,6 +108,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._heads(self.in_proj(x), 3)
             if cache is not None:
                 k, v = cache.append(k, v)
+                if cache.mask is not None:  # a static cache's positions not written yet
+                    mask = cache.mask if mask is None else mask & cache.mask
         else:
             d = x.shape[-1]
             (q,) = self._heads(self.in_proj(x, slice(0, d)), 1)

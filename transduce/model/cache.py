@@ -1,4 +1,5 @@
-"""Key/value caches for incremental decoding."""
+"""Key/value caches for incremental decoding: the growing one eager search uses, the static one a
+compiled step runs over, and the cross-attention's, filled once per source."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ class KVCache:
 
     def __len__(self) -> int:
         return self.length
+
+    mask = None  # every position held may be attended to (see StaticKVCache.mask)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, t, Dh) keys and values; return all of them, (B, H, length + t, Dh)."""
@@ -93,12 +96,98 @@ class KVCache:
         self._k, self._v, self._spare, self.rows = k, v, None, batch
 
 
+class SourceKVCache:
+    """Cross-attention keys and values, (sources, H, S, Dh): computed from the encoder output at
+    the first step, read at every later one. Held exactly (views of no larger buffer), so every
+    size a compiled step sees is a tensor's."""
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    mask = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Hold the keys and values of the whole source (once)."""
+        self.keys, self.values = k, v
+        return k, v
+
+    def select(self, index: Tensor) -> None:
+        """Keep sources `index` (1-D): in place where few move (see `compacting_order`)."""
+        if self.keys is None:
+            return
+        moved = moved_rows(index) if len(index) <= len(self.keys) else None
+        if moved is None:
+            self.keys, self.values = self.keys[index], self.values[index]
+            return
+        for buffer in (self.keys, self.values):
+            copy_rows(buffer, index[moved], moved)
+        self.keys, self.values = self.keys[: len(index)], self.values[: len(index)]
+
+
+class StaticKVCache:
+    """Self-attention keys and values in buffers of the search's whole length, (B, H, capacity,
+    Dh), each step's written at the decoder's position (a tensor shared by the layers), as
+    gpt-fast keeps them: the step's code and shapes stay the same from step to step, so
+    `torch.compile` compiles it once (transduce.decoding.compiled). Attention reads every
+    position and `mask` hides those not written yet. Rows are reordered into a spare buffer, as
+    KVCache's, copying only the positions filled."""
+
+    def __init__(self, position: Tensor, capacity: int) -> None:
+        self.position = position  # 0-d: of the next token
+        self.capacity = capacity
+        self.keys: Tensor | None = None  # (B, H, capacity, Dh): the rows in use of _buffers
+        self.values: Tensor | None = None
+        self._buffers: tuple[Tensor, Tensor] | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def mask(self) -> Tensor:
+        """(1, capacity): the positions up to the newest query's (one query a step)."""
+        length = self.keys.shape[2]  # the capacity, as a size (a compiled step's may vary)
+        return (torch.arange(length, device=self.position.device) <= self.position)[None]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write one step's (B, H, 1, Dh) at the position; return the buffers (B, H, capacity,
+        Dh), to be read with `mask`."""
+        if self.keys is None:  # the first step's rows
+            batch, heads, _, head_dim = k.shape
+            self._buffers = (k.new_zeros(batch, heads, self.capacity, head_dim),
+                             v.new_zeros(batch, heads, self.capacity, head_dim))
+            self.keys, self.values = self._buffers
+        at = self.position.view(1)
+        self.keys.index_copy_(2, at, k)
+        self.values.index_copy_(2, at, v)
+        return self.keys, self.values
+
+    def select(self, index: Tensor) -> None:
+        """Keep rows `index` (1-D, may repeat): in place where few move, else into the spare."""
+        if self.keys is None:
+            return
+        filled = int(self.position)
+        rows = len(index)
+        moved = moved_rows(index) if rows <= len(self.keys) else None
+        if moved is not None:
+            for buffer in (self.keys, self.values):
+                copy_rows(buffer[:, :, :filled], index[moved], moved)
+        else:
+            if self._spare is None or len(self._spare[0]) < rows:
+                self._spare = tuple(b.new_zeros(rows, *b.shape[1:]) for b in self._buffers)
+            for spare, held in zip(self._spare, (self.keys, self.values), strict=True):
+                torch.index_select(held[:, :, :filled], 0, index, out=spare[:rows, :, :filled])
+            self._buffers, self._spare = self._spare, self._buffers
+        self.keys, self.values = self._buffers[0][:rows], self._buffers[1][:rows]
+
+
 @dataclass
 class LayerCache:
     """The caches of one decoder layer."""
 
-    self_attention: KVCache = field(default_factory=KVCache)
-    cross_attention: KVCache = field(default_factory=KVCache)
+    self_attention: KVCache | StaticKVCache = field(default_factory=KVCache)
+    cross_attention: SourceKVCache = field(default_factory=SourceKVCache)
 
 
 @dataclass
@@ -115,6 +204,9 @@ class DecoderCache:
     def length(self) -> int:
         """Target positions decoded so far (the position of the next token)."""
         return len(self.layers[0].self_attention) if self.layers else 0
+
+    def advance(self, steps: int) -> None:
+        """After the decoder has read `steps` more tokens: the layers' caches count their own."""
 
     def limit(self, max_length: int) -> None:
         """No row will have more than `max_length` target positions: the self-attention caches
@@ -136,7 +228,38 @@ class DecoderCache:
     def select_sources(self, sources: Tensor) -> None:
         """Keep sources `sources` in the cross-attention caches, which hold one row per source
         (however many decoder rows, beams, it serves)."""
-        _select([layer.cross_attention for layer in self.layers], sources)
+        for layer in self.layers:
+            layer.cross_attention.select(sources)
+
+
+@dataclass
+class StaticDecoderCache(DecoderCache):
+    """A decoder's caches for a compiled step: static self-attention caches of one length,
+    written at one position, a tensor (`length`), which the decoder advances."""
+
+    position: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.long))
+
+    @classmethod
+    def empty(cls, n_layers: int, max_length: int = 0, device=None) -> StaticDecoderCache:
+        position = torch.zeros((), dtype=torch.long, device=device)
+        return cls([LayerCache(StaticKVCache(position, max_length)) for _ in range(n_layers)],
+                   position)
+
+    @property
+    def length(self) -> Tensor:
+        return self.position
+
+    def advance(self, steps: int) -> None:
+        self.position.add_(steps)
+
+    def limit(self, max_length: int) -> None:
+        """The length of every static buffer: set before the first step."""
+        for layer in self.layers:
+            layer.self_attention.capacity = max_length
+
+    def select_rows(self, rows: Tensor) -> None:
+        for layer in self.layers:
+            layer.self_attention.select(rows)
 
 
 def copy_rows(x: Tensor, src: Tensor, dst: Tensor) -> None:
@@ -165,4 +288,5 @@ def _select(caches: list[KVCache], index: Tensor) -> None:
             cache.move(index[moved], moved, rows=len(index))
 
 
-__all__ = ["KVCache", "LayerCache", "DecoderCache", "copy_rows", "moved_rows"]
+__all__ = ["DecoderCache", "KVCache", "LayerCache", "SourceKVCache", "StaticDecoderCache",
+           "StaticKVCache", "copy_rows", "moved_rows"]

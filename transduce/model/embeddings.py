@@ -28,10 +28,9 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoidal_encoding(max_positions, d_model), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
         """Encodings of positions offset .. offset+length-1: (length, D)."""
-        _check_length(offset + length, self.table.shape[0])
-        return self.table[offset : offset + length]
+        return _rows(self.table, length, offset)
 
 
 class LearnedPositions(nn.Module):
@@ -42,14 +41,20 @@ class LearnedPositions(nn.Module):
         self.table = nn.Parameter(torch.empty(max_positions, d_model))
         nn.init.normal_(self.table, std=d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        _check_length(offset + length, self.table.shape[0])
-        return self.table[offset : offset + length]
+    def forward(self, length: int, offset: int | Tensor = 0) -> Tensor:
+        return _rows(self.table, length, offset)
 
 
-def _check_length(length: int, max_positions: int) -> None:
-    if length > max_positions:
-        raise ValueError(f"sequence of {length} tokens exceeds model.max_positions={max_positions}")
+def _rows(table: Tensor, length: int, offset: int | Tensor) -> Tensor:
+    """Rows offset .. offset+length-1 of a table of positions. A tensor offset (a static cache's
+    position: transduce.model.cache) is read on the device, never as a number, so a compiled
+    step stays one graph; its searches keep within the table."""
+    if isinstance(offset, Tensor):
+        return table.index_select(0, offset + torch.arange(length, device=table.device))
+    if offset + length > table.shape[0]:
+        raise ValueError(f"sequence of {offset + length} tokens exceeds model.max_positions="
+                         f"{table.shape[0]}")
+    return table[offset : offset + length]
 
 
 class TransformerEmbedding(nn.Module):
@@ -70,7 +75,7 @@ class TransformerEmbedding(nn.Module):
         self.dropout = Dropout(dropout)
         self.word_dropout = Dropout(word_dropout)  # applied to one scale per token
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0) -> Tensor:
         """ids (B, T) -> (B, T, D); the first id is at position `offset` (incremental decoding)."""
         x = self.tokens(ids) * self.scale
         if self.training and self.word_dropout.p:

@@ -16,6 +16,7 @@ from transduce.model.embeddings import (
 )
 from transduce.model.layers import DecoderLayer, EncoderLayer
 from transduce.model.masks import padding_mask
+from transduce.model.steps import DecoderSteps
 
 
 def _embedding(config: ModelConfig, tokens: nn.Embedding,
@@ -66,7 +67,8 @@ class Decoder(nn.Module):
         (B, H, T, S) when need_weights (else an empty list).
 
         Without a cache, tgt is the whole decoder input. With one, tgt holds only the newest
-        positions: earlier ones are read from the cache, which is updated.
+        positions: earlier ones are read from the cache, which is updated (a static cache's
+        position, a tensor, is where they go: transduce.model.cache).
         """
         offset = cache.length if cache is not None else 0
         x = self.embedding(tgt, offset)
@@ -76,6 +78,8 @@ class Decoder(nn.Module):
             x, w = layer(x, memory, src_mask, cache=layer_cache, need_weights=need_weights)
             if need_weights:
                 weights.append(w)
+        if cache is not None:
+            cache.advance(tgt.shape[1])
         return self.norm(x), weights
 
 
@@ -138,6 +142,12 @@ class Transformer(nn.Module):
         """As `decode`, also returning cross-attention weights (L, B, H, T, S) for inspection."""
         hidden, weights = self.decoder(tgt, memory, src_mask, cache=cache, need_weights=True)
         return self.output(hidden), torch.stack(weights)
+
+    def steps(self, src: Tensor, *, use_cache: bool = True) -> DecoderSteps:
+        """The search's view of the model (transduce.decoding.searchable): src (B, S) encoded,
+        then next-token log-probabilities one step at a time; without the cache every step
+        feeds the whole prefix (for checking the cache)."""
+        return DecoderSteps(self, src, use_cache=use_cache)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding: pass it to each `decode` call of one search."""

@@ -1,7 +1,7 @@
 """Sentences of requests that arrive together, searched as one batch.
 
 Each model has one queue and one worker task. The worker takes the first waiting request, then
-gathers the others that ask for the same search (beam size, n-best, attention) until the token
+gathers the others that ask for the same search (settings, n-best, attention) until the token
 budget is full or `wait` seconds have passed since it began, and runs the search on a thread of
 its own, so that the event loop goes on accepting requests meanwhile; requests that came during
 a search are the next batch. A request is answered as soon as its own sentences are translated,
@@ -15,8 +15,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation, Translator
 
 
@@ -24,7 +25,7 @@ from transduce.decoding.translator import Translation, Translator
 class Search:
     """What a request asks the search for; requests are batched with others asking the same."""
 
-    beam_size: int
+    decode: DecodeConfig
     nbest: int = 1
     attention: bool = False
 
@@ -170,10 +171,11 @@ class Batcher:
                           time.perf_counter() - start, results)
 
     def _translate(self, sentences: list[str], search: Search, answered) -> list[Translation]:
+        decode = {**asdict(search.decode),
+                  "max_tokens": max(self.max_tokens, search.decode.max_tokens)}
         return self.translator.translate_detailed(
-            sentences, beam_size=search.beam_size, nbest=search.nbest, attention=search.attention,
-            max_tokens=max(self.max_tokens, self.translator.decode.max_tokens),
-            on_translation=answered)
+            sentences, nbest=search.nbest, attention=search.attention, on_translation=answered,
+            **decode)
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

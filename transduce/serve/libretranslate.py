@@ -47,7 +47,7 @@ def router(service: Service) -> APIRouter:
     async def frontend_settings() -> dict:
         first = next(iter(service.models.values()))
         return {"charLimit": settings.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
-                "apiKeys": bool(settings.api_keys), "keyRequired": bool(settings.api_keys),
+                "apiKeys": bool(service.api_keys), "keyRequired": bool(service.api_keys),
                 "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
                 "language": {
                     "source": {"code": first.source, "name": language_name(first.source)},

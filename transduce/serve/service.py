@@ -4,11 +4,13 @@ the metrics; and the errors a request can get."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 
 from starlette.requests import Request
 
+from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
 from transduce.serve.batcher import Batcher, Search
 from transduce.serve.guard import RateLimiter
@@ -41,7 +43,9 @@ class Service:
                           wait=settings.batch_wait_ms / 1000, batching=settings.batching,
                           on_batch=self._counter(m))
             for pair, m in self.models.items()}
-        self.limiter = RateLimiter(settings.rate_limit, settings.rate_window)
+        self.rate_limit, self.rate_window = settings.rate()
+        self.limiter = RateLimiter(self.rate_limit, self.rate_window)
+        self.api_keys = settings.keys()
 
     def _counter(self, model: ServedModel):
         def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
@@ -96,12 +100,11 @@ class Service:
         or without a valid API key when keys are required."""
         client = request.client.host if request.client else "unknown"
         if not self.limiter.allow(client):
-            window = _per(self.settings.rate_window)
+            window = _per(self.rate_window)
             wait = max(1, round(self.limiter.retry_after(client)))
-            raise ApiError(429, f"Slowdown: {self.settings.rate_limit} per {window}",
+            raise ApiError(429, f"Slowdown: {self.rate_limit} per {window}",
                            headers={"Retry-After": str(wait)})
-        if self.settings.api_keys and (not isinstance(api_key, str)
-                                       or api_key not in self.settings.api_keys):
+        if self.api_keys and (not isinstance(api_key, str) or api_key not in self.api_keys):
             raise ApiError(403, "Invalid API key")
 
     # -- translating ----------------------------------------------------------------------------
@@ -131,12 +134,20 @@ class Service:
         raise ApiError(503, f"Translation took longer than {self.settings.timeout:g} s; "
                             "try again later", headers={"Retry-After": "1"})
 
-    def search(self, model: ServedModel, *, beam_size: int | None = None, nbest: int = 1,
-               attention: bool = False) -> Search:
-        """The search a request gets: the server's --beam or the model's own beam size (as
-        `transduce translate --model RUN_DIR`), widened to hold the n-best asked for."""
-        beam = beam_size or self.settings.beam_size or model.translator.decode.beam_size
-        return Search(max(beam, nbest), nbest, attention)
+    def search(self, model: ServedModel, *, nbest: int = 1, attention: bool = False,
+               **decode) -> Search:
+        """The search a request gets: the model's own settings (as `transduce translate
+        --model RUN_DIR` searches) under the server's (--beam-size, ...) under the request's
+        (`decode`: DecodeConfig's fields, None keeping a setting), its beam widened to hold
+        the n-best asked for."""
+        settings = {**self.settings.decode,
+                    **{k: v for k, v in decode.items() if v is not None}}
+        config = model.translator.decode_config(**settings)
+        return Search(_widened(config, nbest), nbest, attention)
+
+
+def _widened(decode: DecodeConfig, nbest: int) -> DecodeConfig:
+    return dataclasses.replace(decode, beam_size=max(decode.beam_size, nbest))
 
 
 async def _disconnected(request: Request) -> None:

@@ -14,47 +14,61 @@ from transduce.errors import UserError
 
 @dataclass(frozen=True)
 class ServeSettings:
-    beam_size: int | None = None  # None: each model's own decode.beam_size, as `translate` uses
-    max_chars: int = 5000  # characters per request, all its texts together (-1: no limit)
-    max_alternatives: int = 3  # LibreTranslate's `alternatives` at most
-    max_texts: int = 128  # texts in one request's `q` / `text` list at most (-1: no limit)
+    """`transduce serve`'s options, one field each (transduce.serve_command generates them):
+    also read from TRANSDUCE_SERVE_<FIELD> variables."""
+
+    max_chars: int = 5000  # characters per request at most, all its texts together (-1: none)
+    max_texts: int = 128  # texts in one request at most (-1: no limit)
+    max_alternatives: int = 3  # LibreTranslate's alternatives at most
     max_batch_tokens: int = 4096  # source tokens searched together, from all waiting requests
     batch_wait_ms: float = 5.0  # how long a batch waits for more requests to join it
-    batching: bool = True  # False: one request at a time, as they come
-    api_keys: frozenset[str] = frozenset()  # when not empty, every request needs one of them
-    rate_limit: int = 0  # requests per client address per rate_window (0: no limit)
-    rate_window: float = 60.0  # seconds
-    timeout: float = 60.0  # seconds a request may wait for its translation (0: no limit)
-    threads: int = 0  # CPU threads for the models, per worker (0: the CPUs / workers)
-    workers: int = 1  # server processes, each with its own copy of the models
-    device: str = "auto"
+    batching: bool = True  # false (--no-batching): one request at a time, as they come
+    api_keys: Path | None = None  # a file of API keys, one per line: then every request needs one
+    rate_limit: str | None = None  # requests per client address: N/minute (N/second, N/hour,
+    #                                N/day also)
+    timeout: float = 60.0  # seconds: a request not translated by then gets a 503 (0: none)
+    workers: int = 1  # server processes, each with its own copy of the models and its own
+    #                   batches; on a CPU, more workers with fewer threads each keep more cores
+    #                   busy
+    threads: int = 0  # CPU threads per worker (0: the CPUs shared among the workers; with one
+    #                   worker PyTorch's default)
+    device: str = "auto"  # (--device, --dtype, --compile: as `transduce translate` has them)
     dtype: str = "float32"
-    compile: bool = False  # search steps compiled by torch.compile (transduce.decoding.compiled)
+    compile: bool = False
+    decode: dict = dataclasses.field(default_factory=dict)  # search settings over each model's
+    #     own decode section (DecodeConfig's fields: --beam-size, ...; none: the model's)
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("batch_wait_ms", "timeout", "rate_limit", "threads", "max_alternatives"):
+        for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must not be negative")
-        if self.beam_size is not None and self.beam_size < 1:
-            raise UserError(f"--beam must be at least 1, got {self.beam_size}")
         for name in ("max_chars", "max_texts"):
             if getattr(self, name) < 1 and getattr(self, name) != -1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, or -1 for none")
+        self.rate()  # checked
+        if self.api_keys is not None:
+            object.__setattr__(self, "api_keys", Path(self.api_keys))
 
+    def rate(self) -> tuple[int, float]:
+        """--rate-limit as (requests, window in seconds); (0, 60.0) without one."""
+        return parse_rate_limit(self.rate_limit) if self.rate_limit else (0, 60.0)
+
+    def keys(self) -> frozenset[str]:
+        """The API keys of --api-keys (none: every request is welcome)."""
+        return read_api_keys(self.api_keys) if self.api_keys else frozenset()
 
     def to_json(self) -> str:
         """For the worker processes: `from_json` gives these settings back."""
         fields = dataclasses.asdict(self)
-        fields["api_keys"] = sorted(self.api_keys)
+        fields["api_keys"] = str(self.api_keys) if self.api_keys else None
         return json.dumps(fields)
 
     @classmethod
     def from_json(cls, text: str) -> ServeSettings:
-        fields = json.loads(text)
-        return cls(**{**fields, "api_keys": frozenset(fields.get("api_keys", ()))})
+        return cls(**json.loads(text))
 
     def threads_per_worker(self) -> int:
         """--threads; else with several workers the CPUs shared among them, else 0 (PyTorch's

@@ -22,7 +22,7 @@ class TranslateRequest(BaseModel):
     target: str | None = Field(None, description="Target language code (optional with one "
                                "model)")
     beam_size: int | None = Field(None, ge=1, le=MAX_BEAM,
-                                  description="Default: the server's --beam, else the model's")
+                                  description="Default: the server's --beam-size, else the model's")
     nbest: int = Field(1, ge=1, le=MAX_NBEST, description="Translations per sentence, best "
                        "first")
     attention: bool = Field(False, description="Also the cross-attention of the best, heads "
@@ -73,7 +73,7 @@ def router(service: Service) -> APIRouter:
     async def models() -> list[ModelInfo]:
         return [ModelInfo(name=m.name, source=m.source, target=m.target,
                           source_name=language_name(m.source), target_name=language_name(m.target),
-                          beam_size=service.search(m).beam_size,
+                          beam_size=service.search(m).decode.beam_size,
                           parameters=m.translator.model.num_parameters(),
                           layers=m.translator.model.config.n_decoder_layers)
                 for m in service.models.values()]
