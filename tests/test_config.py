@@ -28,6 +28,31 @@ def test_the_model_section_resolves_with_vocabulary_sizes_from_the_tokenizer():
     assert not separate.share_embeddings
 
 
+def test_the_model_section_is_a_typed_dataclass_of_modelconfigs_fields():
+    """Its keys are ModelConfig's (but the tokenizer's), typed and described as there, checked
+    without a vocabulary; unset ones are the preset's."""
+    import dataclasses
+
+    from transduce.config import _FROM_TOKENIZER, ModelSection
+    from transduce.fields import help_of
+    from transduce.model.config import ModelConfig
+
+    section = ModelSection(preset="tiny", dropout=0.2)
+    assert section.settings == {"dropout": 0.2} and section.get("d_model") == 128
+    assert section.get("norm_first") is False  # the field's default
+    names = [f.name for f in dataclasses.fields(ModelSection)]
+    assert names == ["preset"] + [f.name for f in dataclasses.fields(ModelConfig)
+                                  if f.name not in _FROM_TOKENIZER]
+    assert help_of(ModelSection)["d_model"] == help_of(ModelConfig)["d_model"]
+    with pytest.raises(UserError, match="model.n_heads must be positive"):
+        ModelSection(n_heads=0)
+    with pytest.raises(UserError, match="divisible"):
+        ModelSection(preset="tiny", n_heads=3)
+    assert ModelSection.of(section.resolve(100, 100, shared_vocab=True)).values() == {
+        k: v for k, v in dataclasses.asdict(section.resolve(100, 100, shared_vocab=True)).items()
+        if k not in _FROM_TOKENIZER}
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["train.max_update=5"], "unknown key 'train.max_update'; did you mean 'train.max_updates'?"),
     (["trian.seed=1"], "unknown section 'trian'; did you mean 'train'?"),
@@ -40,6 +65,9 @@ def test_the_model_section_resolves_with_vocabulary_sizes_from_the_tokenizer():
     (["train.rdrop_alpha=-1"], "train.rdrop_alpha must be >= 0, got -1"),
     (["model.preset=huge"], "unknown preset 'huge'"),
     (["model.d_model=100"], "divisible"),
+    (["model.d_model=big"], "model.d_model must be an integer or null, got 'big' (D: width of"),
+    (["decode.beam_size=wide"], "decode.beam_size must be an integer, got 'wide' (hypotheses "
+                                "kept per sentence"),
     (["max_updates=5"], "expected section.key=value"),
 ])
 def test_bad_keys_and_values_are_one_clear_line(overrides, message):

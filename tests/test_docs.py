@@ -44,19 +44,27 @@ def test_the_configuration_reference_has_every_key_with_its_comment(tmp_path):
     from transduce.config import _FROM_TOKENIZER
     from transduce.data.config import DataConfig
     from transduce.decoding.config import DecodeConfig
+    from transduce.fields import help_of
     from transduce.model.config import ModelConfig
     from transduce.training.config import TrainConfig
 
     page = config_reference.page()
     for section, cls in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
                          ("decode", DecodeConfig)):
-        comments = config_reference.field_comments(cls)
+        comments = help_of(cls)
         for f in dataclasses.fields(cls):
             if section == "model" and f.name in _FROM_TOKENIZER:
                 continue
             assert f"`{section}.{f.name}`" in page, f"{section}.{f.name}"
-            assert comments.get(f.name), f"{section}.{f.name} has no comment in the source"
+            assert comments.get(f.name), f"{section}.{f.name} has no description in the source"
             assert comments[f.name].replace("|", "\\|") in page
-    # a comment continued on the lines below its field is read whole
-    assert "1.0 Xavier per matrix" in config_reference.field_comments(ModelConfig)[
-        "qkv_init_gain"]
+    # the words --help shows: one description of each setting
+    import argparse
+
+    from transduce.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    shown = {a.dest: a.help for a in commands.choices["translate"]._actions}
+    for name, text in help_of(DecodeConfig).items():
+        assert shown[name].startswith(text.replace("%", "%%")), name

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "transduce"
 # bottom to top; a module is on its package's floor (or its own, at the top level), except the
 # settings: each package's config.py is a dataclass of settings, on the floor above the ground
 FLOORS = [
-    ("ground", {"errors", "files", "pauses", "exports", "runtime", "__init__"}),
+    ("ground", {"errors", "files", "fields", "pauses", "exports", "runtime", "__init__"}),
     ("settings", {"config", "options", "*/config"}),
     ("kernels", {"kernels"}),
     ("model", {"model"}),

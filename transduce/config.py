@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import inspect
 import re
 import types
 import typing
@@ -26,24 +24,44 @@ import yaml
 from transduce.data.config import DataConfig
 from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
-from transduce.model.config import PRESETS, ModelConfig
+from transduce.fields import help_of, setting
+from transduce.model.config import PRESETS, ModelConfig, check_model
 from transduce.training.config import TrainConfig
 
 _FROM_TOKENIZER = ("src_vocab_size", "tgt_vocab_size", "unk_id", "pad_id", "bos_id", "eos_id")
 
 
-@dataclass(frozen=True)
-class ModelSection:
-    """A preset plus any ModelConfig fields that differ from it (the vocabulary sizes and
-    special ids come from the tokenizer)."""
+class _ModelSection:
+    """A preset, and any ModelConfig field set to differ from it (None: the preset's value, or
+    the field's default); the vocabulary sizes and special ids come from the tokenizer. Its
+    fields are ModelConfig's (but those), generated below: one declaration of each."""
 
-    preset: str = "base"
-    settings: dict = field(default_factory=dict)
+    preset: str
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise UserError(f"model.preset: unknown preset {self.preset!r}; choose one of "
                             f"{sorted(PRESETS)}")
+        check_model(self.values())
+
+    @property
+    def settings(self) -> dict:
+        """The fields this section sets itself, by name."""
+        return {name: getattr(self, name) for name in _MODEL_FIELDS
+                if getattr(self, name) is not None}
+
+    def values(self) -> dict:
+        """The preset's values under this section's own."""
+        return {**PRESETS[self.preset], **self.settings}
+
+    def get(self, name: str):
+        """A ModelConfig field as this section sets it: its own setting, else its preset's,
+        else the field's default (no tokenizer needed)."""
+        return self.values().get(name, getattr(ModelConfig, name))
+
+    @property
+    def max_positions(self) -> int:
+        return self.get("max_positions")
 
     def resolve(self, src_vocab_size: int, tgt_vocab_size: int, *, shared_vocab: bool,
                 specials: dict[str, int] | None = None) -> ModelConfig:
@@ -59,20 +77,27 @@ class ModelSection:
     @classmethod
     def of(cls, model: ModelConfig) -> ModelSection:
         """The section that resolves to `model` over its tokenizer: every field written out."""
-        return cls(cls.preset, {k: v for k, v in dataclasses.asdict(model).items()
-                                if k not in _FROM_TOKENIZER})
+        return cls(**{k: v for k, v in dataclasses.asdict(model).items()
+                      if k not in _FROM_TOKENIZER})
 
-    def get(self, name: str):
-        """A ModelConfig field as this section sets it: its own setting, else its preset's,
-        else the field's default (no tokenizer needed)."""
-        return self.settings.get(name, PRESETS[self.preset].get(name, getattr(ModelConfig, name)))
-
-    @property
-    def max_positions(self) -> int:
-        return self.get("max_positions")
+    def replace(self, **settings) -> ModelSection:
+        return dataclasses.replace(self, **settings)
 
     def to_dict(self) -> dict:
         return {"preset": self.preset, **self.settings}
+
+
+_MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)
+                 if f.name not in _FROM_TOKENIZER}
+_MODEL_TYPES = typing.get_type_hints(ModelConfig)
+ModelSection = dataclasses.make_dataclass(
+    "ModelSection",
+    [("preset", str, setting("base", f"a named model: {', '.join(sorted(PRESETS))}; the "
+                                     "keys below override its values"))]
+    + [(name, _MODEL_TYPES[name] | None, setting(None, f.metadata.get("help", "")))
+       for name, f in _MODEL_FIELDS.items()],
+    bases=(_ModelSection,), frozen=True)
+ModelSection.__doc__, ModelSection.__module__ = _ModelSection.__doc__, __name__
 
 
 @dataclass(frozen=True)
@@ -91,8 +116,8 @@ class Config:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-_SECTIONS = {"data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
-_MODEL_TYPES = {f.name: f for f in dataclasses.fields(ModelConfig) if f.name not in _FROM_TOKENIZER}
+_SECTIONS = {"model": ModelSection, "data": DataConfig, "train": TrainConfig,
+             "decode": DecodeConfig}
 
 
 def load_config(path: Path | None = None, overrides: list[str] = (),
@@ -126,17 +151,11 @@ def load_config(path: Path | None = None, overrides: list[str] = (),
     if overrides:
         where = f"{where} (with overrides)"
     for name in raw:
-        if name not in ("model", *_SECTIONS):
-            suggestion = _suggest(name, ["model", *_SECTIONS])
+        if name not in _SECTIONS:
+            suggestion = _suggest(name, list(_SECTIONS))
             raise UserError(f"{where}: unknown section {name!r}{suggestion}")
-    model = dict(raw.get("model", {}))
-    preset = model.pop("preset", ModelSection.preset)
-    settings = {k: _convert(v, _MODEL_TYPES, k, "model", where) for k, v in model.items()}
-    sections = {name: _build(kind, raw.get(name, {}), name, where)
-                for name, kind in _SECTIONS.items()}
-    model_section = _checked(where, ModelSection, preset, settings)
-    _checked(where, model_section.resolve, 1000, 1000, shared_vocab=sections["data"].shared_vocab)
-    return Config(model=model_section, **sections)
+    return Config(**{name: _build(kind, raw.get(name, {}), name, where)
+                     for name, kind in _SECTIONS.items()})
 
 
 def _build(kind, values: dict, section: str, where: str):
@@ -157,13 +176,13 @@ def _convert(value, fields: dict, key: str, section: str, where: str):
     if key not in fields:
         raise UserError(f"{where}: unknown key '{section}.{key}'"
                         f"{_suggest(key, list(fields), prefix=section + '.')}")
-    hints = typing.get_type_hints(ModelConfig if section == "model" else _SECTIONS[section])
-    kind = hints[key]
+    kind = typing.get_type_hints(_SECTIONS[section])[key]
     try:
         return _coerce(value, kind)
     except (TypeError, ValueError):
+        meaning = help_of(_SECTIONS[section]).get(key)
         raise UserError(f"{where}: {section}.{key} must be {_describe(kind)}, got {value!r}"
-                        ) from None
+                        f"{f' ({meaning})' if meaning else ''}") from None
 
 
 _EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -217,30 +236,3 @@ def _suggest(key: str, valid: list[str], prefix: str = "") -> str:
 
 def _plain(values: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-
-
-_FIELD_LINE = re.compile(r"^    (\w+): [^#]*?(?:#\s?(.*))?$")
-_CONTINUED = re.compile(r"^\s+#\s{2,}(.*)$")  # a comment's next line, aligned under its text
-_ABOVE = re.compile(r"^    # (\S.*)$")  # a comment above a field, about it
-
-
-@functools.cache
-def field_comments(config_type) -> dict[str, str]:
-    """The comment written about each field of a config dataclass (above it, beside it, and on
-    the aligned `#` lines below it), as one line each: the documentation of every key."""
-    comments: dict[str, str] = {}
-    fields = {f.name for f in dataclasses.fields(config_type)}
-    name, above = None, []
-    for line in inspect.getsource(config_type).splitlines():
-        if (field_line := _FIELD_LINE.match(line)) and field_line.group(1) in fields:
-            name = field_line.group(1)
-            beside = (field_line.group(2) or "").strip()
-            comments[name] = "; ".join(part for part in (" ".join(above), beside) if part)
-            above = []
-        elif name and (more := _CONTINUED.match(line)):
-            comments[name] = f"{comments[name]} {more.group(1).strip()}".strip()
-        elif comment := _ABOVE.match(line):
-            name, above = None, [*above, comment.group(1).strip()]
-        else:
-            name, above = None, []
-    return comments

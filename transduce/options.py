@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import typing
 
-from transduce.config import field_comments
+from transduce.fields import help_of
 
 
 def add_config_options(parser: argparse.ArgumentParser, config_type, *,
@@ -20,7 +20,7 @@ def add_config_options(parser: argparse.ArgumentParser, config_type, *,
     comment beside the field. `default_text` describes the defaults when they are not the
     field's ("the run's decode.{name}"; "{default}" is the field's)."""
     hints = typing.get_type_hints(config_type)
-    comments = field_comments(config_type)
+    comments = help_of(config_type)
     for field in dataclasses.fields(config_type):
         if field.name in skip:
             continue

@@ -1,22 +1,21 @@
 """MkDocs hook: the configuration reference page, generated from the config dataclasses.
 
 Every key of the four sections (`model`, `data`, `train`, `decode`) with its type, its default
-and the comments written beside and above its field in the source, so that the page cannot
-drift from the code. The page is `configuration.md` of the built site.
+and its description, `setting(default, "...")` in the source (transduce.fields): the one the
+command-line options show, so that the page cannot drift from the code. The page is
+`configuration.md` of the built site.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import io
-import tokenize
 
 from mkdocs.structure.files import File
 
 from transduce.config import _FROM_TOKENIZER
 from transduce.data.config import DataConfig
-from transduce.decoding.config import DecodeConfig
+from transduce.decoding.config import DecodeConfig, Sampling
+from transduce.fields import help_of
 from transduce.model.config import PRESETS, ModelConfig
 from transduce.training.config import TrainConfig
 
@@ -24,42 +23,14 @@ INTRO = """# Configuration reference
 
 A run's configuration is a YAML file with four sections; `transduce train CONFIG
 section.key=value ...` overrides any key, and a run directory's `config.yaml` holds the resolved
-one. Generated from the dataclasses below (their field comments), so it is the code's own word.
+one. Generated from the dataclasses below (their fields' descriptions), so it is the code's own
+word.
 
 """
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """The comment of each field of dataclass `cls`: the lines above it and the one beside it
-    with its continuation lines (a `#` followed by the spaces that align it with that comment)."""
-    comments: dict[str, list[str]] = {}
-    above: list[str] = []
-    last = None
-    for line in inspect.getsource(cls).splitlines()[1:]:
-        stripped = line.strip()
-        if stripped.startswith(("def ", "@")):
-            break
-        if stripped.startswith("#"):
-            text = stripped.lstrip("#").strip()
-            if last is not None and stripped[1:].startswith("  ") and not above:
-                comments[last].append(text)  # a continuation of the field line's comment
-            else:
-                above.append(text)
-            continue
-        name = stripped.split(":", 1)[0]
-        if ":" not in stripped or not name.isidentifier():
-            above, last = [], None  # the docstring, a blank line
-            continue
-        beside = [t.string.lstrip("#").strip() for t in
-                  tokenize.generate_tokens(io.StringIO(stripped + "\n").readline)
-                  if t.type == tokenize.COMMENT]
-        comments[name] = above + beside
-        above, last = [], name
-    return {name: " ".join(parts) for name, parts in comments.items()}
-
-
 def section_table(section: str, cls: type, skip: tuple[str, ...] = ()) -> str:
-    comments = field_comments(cls)
+    comments = help_of(cls)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -87,6 +58,9 @@ def page() -> str:
         "## data\n", section_table("data", DataConfig),
         "## train\n", section_table("train", TrainConfig),
         "## decode\n", section_table("decode", DecodeConfig),
+        "Sampling (`transduce translate --sample`, `Translator.translate(sampling=Sampling(...))`) "
+        "is not a config section; its settings:\n",
+        section_table("sampling", Sampling),
     ])
 
 

@@ -148,9 +148,8 @@ def test_fine_tuning_starts_from_the_source_models_loss(source_run, tmp_path):
     first = json.loads((tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["update"] == 1
     assert first["train_loss"] == pytest.approx(expected, rel=1e-5)
-    assert load_run(tmp_path / "ft").config.model == load_run(run_dir).config.model.__class__(
-        load_run(run_dir).config.model.preset,
-        {**load_run(run_dir).config.model.settings, "dropout": 0.0})
+    assert load_run(tmp_path / "ft").config.model == load_run(run_dir).config.model.replace(
+        dropout=0.0)
 
 
 def test_a_fine_tuning_run_resumes_to_the_bit(source_run, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transduce.errors import UserError
+from transduce.fields import setting
 
 TOKENIZERS = ("bpe", "unigram", "word")
 DATASETS = ("multi30k", "numbers")  # known corpora (transduce.data.datasets reads them)
@@ -14,35 +15,40 @@ DATASETS = ("multi30k", "numbers")  # known corpora (transduce.data.datasets rea
 class DataConfig:
     """Where the parallel text comes from and how it becomes batches of token ids."""
 
-    dataset: str | None = "numbers"  # a known corpus ("multi30k", "numbers"); None: use paths
-    dir: str | None = None  # local copy of a known dataset (else it is downloaded)
-    cache_dir: str | None = None  # downloads; default $TRANSDUCE_CACHE or ~/.cache/transduce
-    src_lang: str = "en"  # source language code (a known dataset's file suffix)
-    tgt_lang: str = "de"  # target language code
-    train_src: str | None = None  # aligned text files (plain or .gz) instead of a dataset
-    train_tgt: str | None = None  # ... the target side of train_src
-    valid_src: str | None = None  # validation source file (none: no validation)
-    valid_tgt: str | None = None  # ... its target side
-    train_tsv: str | None = None  # or one source<TAB>target file per split
-    valid_tsv: str | None = None  # validation pairs as one source<TAB>target file
-    tokenizer: str = "bpe"  # "bpe" or "unigram" (SentencePiece), or "word"
-    vocab_size: int = 8000  # subword vocabulary size (per side when not shared)
-    shared_vocab: bool = True  # one vocabulary learnt from both sides (the paper's)
-    character_coverage: float = 0.9995  # share of characters SentencePiece keeps as pieces
-    bpe_dropout: float = 0.0  # BPE only: skip each merge with this probability, a new
-    #                           segmentation of the training text every epoch (0.1 is usual)
-    bidirectional_epochs: int = 0  # the first epochs also train target -> source (every pair
-    #                                reversed as well; BiT, Ding et al. 2021); needs shared_vocab
-    lowercase: bool = False  # lowercase all text, both sides, in training and translation
-    #                          (the usual Multi30k preprocessing): outputs are lowercase
-    min_freq: int = 1  # word tokenizer: drop words seen fewer times
-    max_length: int = 256  # training pairs with a longer side (in tokens) are skipped
-    max_length_ratio: float = 3.0  # ... and those whose longer side is more than this many
-    #                                times the shorter one
-    max_tokens: int = 4096  # padded tokens per batch, B x max(S, T)
-    numbers_train_size: int = 50_000  # number-words corpus: training pairs
-    numbers_max: int = 999_999  # number-words corpus: largest number
-    seed: int = 1  # the number-words corpus's draw
+    dataset: str | None = setting("numbers",
+        "a known corpus ('multi30k', 'numbers'); None: use paths")
+    dir: str | None = setting(None, "local copy of a known dataset (else it is downloaded)")
+    cache_dir: str | None = setting(None,
+        "downloads; default $TRANSDUCE_CACHE or ~/.cache/transduce")
+    src_lang: str = setting("en", "source language code (a known dataset's file suffix)")
+    tgt_lang: str = setting("de", "target language code")
+    train_src: str | None = setting(None, "aligned text files (plain or .gz) instead of a dataset")
+    train_tgt: str | None = setting(None, "... the target side of train_src")
+    valid_src: str | None = setting(None, "validation source file (none: no validation)")
+    valid_tgt: str | None = setting(None, "... its target side")
+    train_tsv: str | None = setting(None, "or one source<TAB>target file per split")
+    valid_tsv: str | None = setting(None, "validation pairs as one source<TAB>target file")
+    tokenizer: str = setting("bpe", "'bpe' or 'unigram' (SentencePiece), or 'word'")
+    vocab_size: int = setting(8000, "subword vocabulary size (per side when not shared)")
+    shared_vocab: bool = setting(True, "one vocabulary learnt from both sides (the paper's)")
+    character_coverage: float = setting(0.9995, "share of characters SentencePiece keeps as pieces")
+    bpe_dropout: float = setting(0.0,
+        "BPE only: skip each merge with this probability, a new segmentation of the training "
+        "text every epoch (0.1 is usual)")
+    bidirectional_epochs: int = setting(0,
+        "the first epochs also train target -> source (every pair reversed as well; BiT, Ding et "
+        "al. 2021); needs shared_vocab")
+    lowercase: bool = setting(False,
+        "lowercase all text, both sides, in training and translation (the usual Multi30k "
+        "preprocessing): outputs are lowercase")
+    min_freq: int = setting(1, "word tokenizer: drop words seen fewer times")
+    max_length: int = setting(256, "training pairs with a longer side (in tokens) are skipped")
+    max_length_ratio: float = setting(3.0,
+        "... and those whose longer side is more than this many times the shorter one")
+    max_tokens: int = setting(4096, "padded tokens per batch, B x max(S, T)")
+    numbers_train_size: int = setting(50_000, "number-words corpus: training pairs")
+    numbers_max: int = setting(999_999, "number-words corpus: largest number")
+    seed: int = setting(1, "the number-words corpus's draw")
 
     def __post_init__(self) -> None:
         paths = (self.train_src, self.train_tgt, self.train_tsv)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from transduce.errors import UserError
+from transduce.fields import setting
 
 STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
 DTYPES = ("float32", "bfloat16", "float16", "int8")  # what a Translator may decode in
@@ -15,23 +16,27 @@ LENGTH_NORMALIZATIONS = ("gnmt", "power")
 class DecodeConfig:
     """How to search for translations (validation BLEU, translate, evaluate)."""
 
-    beam_size: int = 4  # hypotheses kept per sentence (1: greedy search)
-    length_penalty: float = 0.6  # GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha
-    length_normalization: str = "gnmt"  # "gnmt" as above, or "power": scores divided by
-    #                                      |y|^alpha (Hugging Face, CTranslate2)
-    # when a sentence's beam search ends, once it holds its n-best finished hypotheses:
-    # "early" when no live beam scores better than the worst of them at its current length (as
-    # Hugging Face generate() by default, CTranslate2, fairseq); "exact" only when no live beam
-    # could beat it even at the maximum length (provably the best under the length penalty)
-    stopping: str = "early"  # "early" or "exact", as above; exact takes about twice as long
-    max_len_a: float = 1.0  # an output has at most a * source length + b tokens
-    max_len_b: int = 50  # ... (b of the limit above)
-    min_len: int = 1  # tokens before <eos> is allowed
-    # beam scores from log-probabilities renormalised over the tokens each step allows (never
-    # <pad> or <bos>; not <eos> before min_len; only <eos> at the length limit), as Hugging Face
-    # with renormalize_logits (OPUS-MT's setting); false: the model's own log-probabilities
-    renormalize: bool = False
-    max_tokens: int = 8192  # source tokens per translation batch
+    beam_size: int = setting(4, "hypotheses kept per sentence (1: greedy search)")
+    length_penalty: float = setting(0.6,
+        "GNMT's alpha: scores are divided by ((5 + |y|) / 6)^alpha")
+    length_normalization: str = setting("gnmt",
+        "'gnmt' as above, or 'power': scores divided by |y|^alpha (Hugging Face, "
+        "CTranslate2)")
+    stopping: str = setting("early",
+        "when a sentence's beam search ends, once it holds its n-best finished hypotheses: "
+        "'early' when no live beam scores better than the worst of them at its current length "
+        "(as Hugging Face generate() by default, CTranslate2, fairseq); 'exact' only when no "
+        "live beam could beat it even at the maximum length (provably the best under the length "
+        "penalty); exact takes about twice as long")
+    max_len_a: float = setting(1.0, "an output has at most a * source length + b tokens")
+    max_len_b: int = setting(50, "... (b of the limit above)")
+    min_len: int = setting(1, "tokens before <eos> is allowed")
+    renormalize: bool = setting(False,
+        "beam scores from log-probabilities renormalised over the tokens each step allows (never "
+        "<pad> or <bos>; not <eos> before min_len; only <eos> at the length limit), as Hugging "
+        "Face with renormalize_logits (OPUS-MT's setting); false: the model's own "
+        "log-probabilities")
+    max_tokens: int = setting(8192, "source tokens per translation batch")
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -55,10 +60,11 @@ FIELDS = tuple(f.name for f in fields(DecodeConfig))  # each a search setting, b
 class Sampling:
     """Draw each next token instead of searching (e.g. for back-translation)."""
 
-    temperature: float = 1.0  # divides the logits
-    top_k: int = 0  # draw from the k likeliest tokens (0: all)
-    top_p: float = 1.0  # ... or from the likeliest tokens holding this much probability (nucleus)
-    seed: int | None = None  # the random seed, for the same draws again
+    temperature: float = setting(1.0, "divides the logits")
+    top_k: int = setting(0, "draw from the k likeliest tokens (0: all)")
+    top_p: float = setting(1.0,
+        "... or from the likeliest tokens holding this much probability (nucleus)")
+    seed: int | None = setting(None, "the random seed, for the same draws again")
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:

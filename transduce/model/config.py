@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from transduce.errors import UserError
+from transduce.fields import setting
 
 ACTIVATIONS = ("relu", "gelu", "swish")
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
@@ -15,56 +16,47 @@ POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
 class ModelConfig:
     """Everything that fixes the shape and the behaviour of a `Transformer`."""
 
-    src_vocab_size: int  # V of the source side (the shared vocabulary's size when shared)
-    tgt_vocab_size: int  # V of the target side
-    d_model: int = 512  # D: width of every residual stream, embedding and attention output
-    n_heads: int = 8  # H: attention heads; each has Dh = D / H dimensions
-    d_ff: int = 2048  # inner width of the position-wise feed-forward network
-    n_encoder_layers: int = 6  # N of the paper: encoder layers
-    n_decoder_layers: int = 6  # decoder layers
-    dropout: float = 0.1  # residual dropout: on embeddings and on every sub-layer's output
-    attention_dropout: float = 0.0  # dropout on attention weights (not in the paper)
-    activation_dropout: float = 0.0  # dropout after the feed-forward activation (not in the paper)
-    source_word_dropout: float = 0.0  # zero whole source token vectors (not in the paper)
-    target_word_dropout: float = 0.0  # the same on the decoder's input tokens
-    activation: str = "relu"  # "relu" (paper), "gelu" or "swish" (x * sigmoid(x): OPUS-MT's)
-    max_positions: int = 1024  # longest sequence, in tokens, either side accepts
-    positional: str = "sinusoidal"  # "sinusoidal" (paper) or "learned" position embeddings
-    norm_first: bool = False  # False: the paper's post-norm; True: pre-norm with a final LayerNorm
-    share_embeddings: bool = True  # one embedding matrix for source and target (shared vocabulary)
-    tie_output: bool = True  # output projection = target embedding matrix (paper section 3.4)
-    output_bias: bool = False  # a bias on the output projection (Marian's final_logits_bias)
-    scale_embedding: bool = True  # multiply embeddings by sqrt(D) (paper section 3.4)
-    qkv_init_gain: float = 2 ** -0.5  # Xavier gain of each of W_Q, W_K, W_V at initialisation:
-    #                                   1/sqrt(2) is Xavier over the three together (PyTorch's,
-    #                                   fairseq's); 1.0 Xavier per matrix (the Multi30k recipe's)
-    layer_norm_eps: float = 1e-5  # epsilon of every LayerNorm
-    pad_id: int = 1  # special token ids: transduce's tokenizers use these, an imported model's
-    #                  tokenizer its own (Marian: eos 0, unk 1, pad = bos = V-1)
-    bos_id: int = 2
-    eos_id: int = 3
-    unk_id: int = 0
+    src_vocab_size: int = setting(help=(
+        "V of the source side (the shared vocabulary's size when shared)"))
+    tgt_vocab_size: int = setting(help="V of the target side")
+    d_model: int = setting(512, "D: width of every residual stream, embedding and attention output")
+    n_heads: int = setting(8, "H: attention heads; each has Dh = D / H dimensions")
+    d_ff: int = setting(2048, "inner width of the position-wise feed-forward network")
+    n_encoder_layers: int = setting(6, "N of the paper: encoder layers")
+    n_decoder_layers: int = setting(6, "decoder layers")
+    dropout: float = setting(0.1, "residual dropout: on embeddings and on every sub-layer's output")
+    attention_dropout: float = setting(0.0, "dropout on attention weights (not in the paper)")
+    activation_dropout: float = setting(0.0,
+        "dropout after the feed-forward activation (not in the paper)")
+    source_word_dropout: float = setting(0.0, "zero whole source token vectors (not in the paper)")
+    target_word_dropout: float = setting(0.0, "the same on the decoder's input tokens")
+    activation: str = setting("relu",
+        "'relu' (paper), 'gelu' or 'swish' (x * sigmoid(x): OPUS-MT's)")
+    max_positions: int = setting(1024, "longest sequence, in tokens, either side accepts")
+    positional: str = setting("sinusoidal",
+        "'sinusoidal' (paper) or 'learned' position embeddings")
+    norm_first: bool = setting(False,
+        "False: the paper's post-norm; True: pre-norm with a final LayerNorm")
+    share_embeddings: bool = setting(True,
+        "one embedding matrix for source and target (shared vocabulary)")
+    tie_output: bool = setting(True,
+        "output projection = target embedding matrix (paper section 3.4)")
+    output_bias: bool = setting(False,
+        "a bias on the output projection (Marian's final_logits_bias)")
+    scale_embedding: bool = setting(True, "multiply embeddings by sqrt(D) (paper section 3.4)")
+    qkv_init_gain: float = setting(2 ** -0.5,
+        "Xavier gain of each of W_Q, W_K, W_V at initialisation: 1/sqrt(2) is Xavier over the "
+        "three together (PyTorch's, fairseq's); 1.0 Xavier per matrix (the Multi30k recipe's)")
+    layer_norm_eps: float = setting(1e-5, "epsilon of every LayerNorm")
+    pad_id: int = setting(1,
+        "id of <pad>: transduce's tokenizers use these special ids, an imported model's "
+        "tokenizer its own (Marian: eos 0, unk 1, pad = bos = V-1)")
+    bos_id: int = setting(2, "id of <bos>, the decoder's first input")
+    eos_id: int = setting(3, "id of <eos>, which ends every sequence")
+    unk_id: int = setting(0, "id of <unk>, for pieces outside the vocabulary")
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
-                     "n_encoder_layers", "n_decoder_layers", "max_positions"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"model.{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise UserError(f"model.d_model ({self.d_model}) must be divisible by "
-                             f"model.n_heads ({self.n_heads})")
-        for name in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout",
-                     "target_word_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.qkv_init_gain <= 0:
-            raise UserError(f"model.qkv_init_gain must be positive, got {self.qkv_init_gain}")
-        if self.activation not in ACTIVATIONS:
-            raise UserError(f"model.activation must be one of {ACTIVATIONS}, "
-                             f"got {self.activation!r}")
-        if self.positional not in POSITIONAL_ENCODINGS:
-            raise UserError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
-                             f"got {self.positional!r}")
+        check_model(dataclasses.asdict(self))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UserError(
                 f"model.share_embeddings needs one vocabulary, but src_vocab_size="
@@ -106,3 +98,29 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=128, d_ff=256, n_heads=4, n_encoder_layers=4, n_decoder_layers=4,
                  dropout=0.3),
 }
+
+
+def check_model(values: dict) -> None:
+    """The checks of a model's settings that need no vocabulary (a config file's `model`
+    section is checked with them before any tokenizer exists), over the fields' defaults."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)
+                if f.default is not dataclasses.MISSING}
+    v = {**defaults, **values}
+    for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+                 "n_encoder_layers", "n_decoder_layers", "max_positions"):
+        if name in v and v[name] <= 0:
+            raise UserError(f"model.{name} must be positive, got {v[name]}")
+    if v["d_model"] % v["n_heads"]:
+        raise UserError(f"model.d_model ({v['d_model']}) must be divisible by "
+                        f"model.n_heads ({v['n_heads']})")
+    for name in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout",
+                 "target_word_dropout"):
+        if not 0.0 <= v[name] < 1.0:
+            raise UserError(f"model.{name} must be in [0, 1), got {v[name]}")
+    if v["qkv_init_gain"] <= 0:
+        raise UserError(f"model.qkv_init_gain must be positive, got {v['qkv_init_gain']}")
+    if v["activation"] not in ACTIVATIONS:
+        raise UserError(f"model.activation must be one of {ACTIVATIONS}, got {v['activation']!r}")
+    if v["positional"] not in POSITIONAL_ENCODINGS:
+        raise UserError(f"model.positional must be one of {POSITIONAL_ENCODINGS}, "
+                        f"got {v['positional']!r}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transduce.errors import UserError
+from transduce.fields import setting
 
 
 @dataclass(frozen=True)
@@ -17,26 +18,31 @@ class ServeSettings:
     """`transduce serve`'s options, one field each (transduce.serve_command generates them):
     also read from TRANSDUCE_SERVE_<FIELD> variables."""
 
-    max_chars: int = 5000  # characters per request at most, all its texts together (-1: none)
-    max_texts: int = 128  # texts in one request at most (-1: no limit)
-    max_alternatives: int = 3  # LibreTranslate's alternatives at most
-    max_batch_tokens: int = 4096  # source tokens searched together, from all waiting requests
-    batch_wait_ms: float = 5.0  # how long a batch waits for more requests to join it
-    batching: bool = True  # false (--no-batching): one request at a time, as they come
-    api_keys: Path | None = None  # a file of API keys, one per line: then every request needs one
-    rate_limit: str | None = None  # requests per client address: N/minute (N/second, N/hour,
-    #                                N/day also)
-    timeout: float = 60.0  # seconds: a request not translated by then gets a 503 (0: none)
-    workers: int = 1  # server processes, each with its own copy of the models and its own
-    #                   batches; on a CPU, more workers with fewer threads each keep more cores
-    #                   busy
-    threads: int = 0  # CPU threads per worker (0: the CPUs shared among the workers; with one
-    #                   worker PyTorch's default)
-    device: str = "auto"  # (--device, --dtype, --compile: as `transduce translate` has them)
-    dtype: str = "float32"
-    compile: bool = False
-    decode: dict = dataclasses.field(default_factory=dict)  # search settings over each model's
-    #     own decode section (DecodeConfig's fields: --beam-size, ...; none: the model's)
+    max_chars: int = setting(5000,
+        "characters per request at most, all its texts together (-1: none)")
+    max_texts: int = setting(128, "texts in one request at most (-1: no limit)")
+    max_alternatives: int = setting(3, "LibreTranslate's alternatives at most")
+    max_batch_tokens: int = setting(4096,
+        "source tokens searched together, from all waiting requests")
+    batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it")
+    batching: bool = setting(True, "false (--no-batching): one request at a time, as they come")
+    api_keys: Path | None = setting(None,
+        "a file of API keys, one per line: then every request needs one")
+    rate_limit: str | None = setting(None,
+        "requests per client address: N/minute (N/second, N/hour, N/day also)")
+    timeout: float = setting(60.0, "seconds: a request not translated by then gets a 503 (0: none)")
+    workers: int = setting(1,
+        "server processes, each with its own copy of the models and its own batches; on a CPU, "
+        "more workers with fewer threads each keep more cores busy")
+    threads: int = setting(0,
+        "CPU threads per worker (0: the CPUs shared among the workers; with one worker PyTorch's "
+        "default)")
+    device: str = setting("auto", "where the models run: as `transduce translate --device`")
+    dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
+    compile: bool = setting(False, "search steps compiled: as `transduce translate --compile`")
+    decode: dict = setting(default_factory=dict, help=(
+        "search settings over each model's own decode section (DecodeConfig's fields: "
+        "--beam-size, ...; none: the model's)"))
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers"):

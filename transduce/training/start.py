@@ -115,7 +115,7 @@ def _model_section(asked: ModelSection, source: LoadedRun, where: str) -> ModelS
                             f"has {key}={getattr(resolved, key)!r}; leave model.{key} out (a "
                             "run started from another has its model)")
     regularisation = {k: v for k, v in settings.items() if k in _REGULARISATION}
-    return ModelSection(have.preset, {**have.settings, **regularisation})
+    return ModelSection(preset=have.preset, **{**have.settings, **regularisation})
 
 
 def _place(config: Config) -> tuple[World, torch.device]:
