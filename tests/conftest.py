@@ -14,11 +14,14 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(params=kernels.available())
+@pytest.fixture(params=[
+    pytest.param(path, marks=() if path == kernels.default_path() else pytest.mark.slow)
+    for path in kernels.available()])
 def kernel_path(request):
     """Each kernel path this PyTorch has (reference, mkl, onednn), whatever this machine's CPU
     would pick: a test taking this fixture runs once under each. The kernel, model and decoding
-    tests take it for all their tests (their conftest.py)."""
+    tests take it for all their tests (their conftest.py). The paths this CPU does not pick
+    are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one."""
     with kernels.using(request.param):
         yield request.param
 

@@ -83,7 +83,12 @@ def _fill(args: list[str], tmp_path) -> list[str]:
     return [str(tmp_path / a) if a in ("MAPS", "OUT") else a for a in args]
 
 
-@pytest.mark.parametrize("option", sorted(o for o, v in TRANSLATE.items() if v))
+def _marked(options):
+    """--compile compiles (tens of seconds): slow."""
+    return [pytest.param(o, marks=pytest.mark.slow) if o == "--compile" else o for o in options]
+
+
+@pytest.mark.parametrize("option", _marked(sorted(o for o, v in TRANSLATE.items() if v)))
 def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monkeypatch,  # noqa: F811
                                          capsys):
     args, setting = TRANSLATE[option]
@@ -112,7 +117,7 @@ def test_translate_runs_in_each_dtype(dtype, run_dir, source, tmp_path):  # noqa
     assert len(out.read_text().splitlines()) == len(SENTENCES)
 
 
-@pytest.mark.parametrize("option", sorted(o for o, v in EVALUATE.items() if v))
+@pytest.mark.parametrize("option", _marked(sorted(o for o, v in EVALUATE.items() if v)))
 def test_evaluate_runs_with_each_option(option, run_dir, source, tmp_path, capsys):  # noqa: F811
     args, setting = EVALUATE[option]
     references = tmp_path / "ref.txt"

@@ -12,6 +12,8 @@ from transduce.decoding.translator import Translator
 from ..conftest import beam_with, draw_with, greedy_with, random_tokens, small_model
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
 
+pytestmark = pytest.mark.slow  # Inductor compiles C++ for each: tens of seconds a test
+
 
 @pytest.fixture(scope="module")
 def model():
