@@ -12,10 +12,12 @@ HELP = "help"  # the metadata key
 
 
 def setting(default=dataclasses.MISSING, help: str = "", *,  # noqa: A002 - argparse's word
-            default_factory=dataclasses.MISSING):
-    """A dataclass field with its description."""
+            default_factory=dataclasses.MISSING, metavar: str | None = None):
+    """A dataclass field with its description (and, for its command-line option, the name of
+    its value where the type's would not say it: FILE, N/minute)."""
+    metadata = {HELP: help} if metavar is None else {HELP: help, "metavar": metavar}
     return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={HELP: help})
+                             metadata=metadata)
 
 
 @functools.cache

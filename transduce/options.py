@@ -39,7 +39,7 @@ def add_config_options(parser: argparse.ArgumentParser, config_type, *,
         convert = or_null(base) if type(None) in typing.get_args(kind) else base
         allowed = (choices or {}).get(field.name)
         metavar = ("{" + ",".join("null" if c is None else c for c in allowed) + "}" if allowed
-                   else base.__name__.upper())
+                   else field.metadata.get("metavar", base.__name__.upper()))
         parser.add_argument(*flags, dest=field.name, type=convert, default=default,
                             metavar=metavar, help=help_text.replace("%", "%%"), choices=allowed)
 

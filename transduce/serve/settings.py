@@ -27,9 +27,10 @@ class ServeSettings:
     batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it")
     batching: bool = setting(True, "false (--no-batching): one request at a time, as they come")
     api_keys: Path | None = setting(None,
-        "a file of API keys, one per line: then every request needs one")
+        "a file of API keys, one per line: then every request needs one", metavar="FILE")
     rate_limit: str | None = setting(None,
-        "requests per client address: N/minute (N/second, N/hour, N/day also)")
+        "requests per client address: N/minute (N/second, N/hour, N/day also)",
+        metavar="N/minute")
     timeout: float = setting(60.0, "seconds: a request not translated by then gets a 503 (0: none)")
     workers: int = setting(1,
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
