@@ -12,7 +12,7 @@ import socket
 
 from transduce.errors import UserError
 from transduce.options import add_config_options, from_environment
-from transduce.serve.settings import ServeSettings
+from transduce.serve.settings import ENVIRONMENT, ServeSettings
 from transduce.translate_command import (
     add_decode_options,
     add_device_options,
@@ -23,7 +23,6 @@ from transduce.translate_command import (
 
 log = logging.getLogger("transduce.serve")
 DEVICE = ("device", "dtype", "compile")  # ServeSettings' fields that add_device_options declares
-ENVIRONMENT = "TRANSDUCE_SERVE_"  # TRANSDUCE_SERVE_MAX_CHARS=200: --max-chars 200 unless given
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,16 @@ def test_the_factory_loads_run_directories_named_or_from_the_environment(run_dir
     monkeypatch.setenv("TRANSDUCE_SERVE_MODELS", str(run_dir))
     with TestClient(create_app()) as client:
         assert [m["name"] for m in client.get("/v1/models").json()] == ["en-de"]
+    # the settings too, one variable each, as `transduce serve` reads them
+    monkeypatch.delenv("TRANSDUCE_SERVE_MODELS")
+    for name, value in (("MODEL", str(run_dir)), ("MAX_CHARS", "321"), ("BEAM_SIZE", "2")):
+        monkeypatch.setenv(f"TRANSDUCE_SERVE_{name}", value)
+    with TestClient(create_app()) as client:
+        assert client.get("/frontend/settings").json()["charLimit"] == 321
+        assert client.get("/v1/models").json()[0]["beam_size"] == 2
+    monkeypatch.setenv("TRANSDUCE_SERVE_BATCHING", "sometimes")
+    with pytest.raises(UserError, match="TRANSDUCE_SERVE_BATCHING='sometimes': expected true or"):
+        create_app()
 
 
 def test_one_model_per_pair(run_dir):

@@ -29,8 +29,8 @@ log = logging.getLogger("transduce.serve")
 PAGE = Path(str(resources.files("transduce.serve") / "page"))
 
 
-MODELS_VARIABLE = "TRANSDUCE_SERVE_MODELS"
-SETTINGS_VARIABLE = "TRANSDUCE_SERVE_SETTINGS"
+MODELS_VARIABLE = "TRANSDUCE_SERVE_MODELS"  # (also TRANSDUCE_SERVE_MODEL, as --model's)
+SETTINGS_VARIABLE = "TRANSDUCE_SERVE_SETTINGS"  # all of them: what `serve --workers` passes on
 
 
 def create_app(models: list[ServedModel] | list[str | Path] | None = None,
@@ -39,15 +39,17 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
 
     Called with no arguments, as `uvicorn --factory transduce.serve:create_app` or gunicorn's
     workers do, it reads the run directories from TRANSDUCE_SERVE_MODELS (separated by commas)
-    and the settings from TRANSDUCE_SERVE_SETTINGS (`ServeSettings.to_json()`), if set.
+    and the settings from TRANSDUCE_SERVE_SETTINGS (`ServeSettings.to_json()`), if set, else
+    from TRANSDUCE_SERVE_<SETTING> variables, one each (`ServeSettings.from_environment`).
     """
     if settings is None and os.environ.get(SETTINGS_VARIABLE):
         settings = ServeSettings.from_json(os.environ[SETTINGS_VARIABLE])
-    settings = settings or ServeSettings()
+    settings = settings or ServeSettings.from_environment()
     if settings.threads_per_worker():
         torch.set_num_threads(settings.threads_per_worker())
     if models is None:
-        models = [m for m in os.environ.get(MODELS_VARIABLE, "").split(",") if m]
+        given = os.environ.get(MODELS_VARIABLE) or os.environ.get(MODELS_VARIABLE[:-1], "")
+        models = [m for m in given.split(",") if m]
         if not models:
             raise UserError(f"no models: set {MODELS_VARIABLE} to run directories")
     if not isinstance(models[0], ServedModel):

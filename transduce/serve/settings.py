@@ -12,6 +12,8 @@ from pathlib import Path
 from transduce.errors import UserError
 from transduce.fields import setting
 
+ENVIRONMENT = "TRANSDUCE_SERVE_"  # TRANSDUCE_SERVE_MAX_CHARS=200: --max-chars 200 unless given
+
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -72,6 +74,35 @@ class ServeSettings:
         fields = dataclasses.asdict(self)
         fields["api_keys"] = str(self.api_keys) if self.api_keys else None
         return json.dumps(fields)
+
+    @classmethod
+    def from_environment(cls, environ: dict | None = None) -> ServeSettings:
+        """The settings of TRANSDUCE_SERVE_<FIELD> variables (TRANSDUCE_SERVE_MAX_CHARS=200,
+        TRANSDUCE_SERVE_BEAM_SIZE=4 for the search), as `transduce serve` reads them, for an
+        app made by another server (`uvicorn --factory transduce.serve:create_app`); a bad
+        value is a UserError naming the variable."""
+        import typing
+
+        import yaml
+
+        from transduce.config import _coerce, _describe
+        from transduce.decoding.config import DecodeConfig
+
+        environ = os.environ if environ is None else environ
+        values: dict = {"decode": {}}
+        for kind, target in ((cls, values), (DecodeConfig, values["decode"])):
+            for name, hint in typing.get_type_hints(kind).items():
+                variable = ENVIRONMENT + name.upper()
+                if name == "decode" or variable not in environ:
+                    continue
+                text = environ[variable]
+                base = Path if hint == Path | None else hint
+                try:
+                    value = text if base in (str, str | None) else yaml.safe_load(text)
+                    target[name] = Path(text) if base is Path else _coerce(value, base)
+                except (TypeError, ValueError, yaml.YAMLError):
+                    raise UserError(f"{variable}={text!r}: expected {_describe(base)}") from None
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> ServeSettings:
