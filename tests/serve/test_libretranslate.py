@@ -186,3 +186,33 @@ def test_too_many_texts_is_named_as_such(client):
     assert response.status_code == 400
     assert response.json()["error"] == ("Invalid request: request (11 texts) exceeds the limit "
                                         "of texts per request (10)")
+
+
+DEEP = b'{"q": ' + b"[" * 1000 + b"]" * 1000 + b', "source": "en", "target": "de"}'
+SURROGATE = b'{"q": "\\ud800 seven", "source": "en", "target": "de"}'
+
+
+@pytest.mark.parametrize("path, content, message", [
+    ("/translate", DEEP, "JSON nested deeper than 32 levels"),
+    ("/detect", DEEP, "JSON nested deeper than 32 levels"),
+    ("/translate", SURROGATE, "q is not valid Unicode (a lone surrogate)"),
+    ("/translate", SURROGATE.replace(b"}", b', "format": "html"}'), "q is not valid Unicode"),
+    ("/v1/translate", b'{"text": [' + b"[" * 1000 + b"]" * 1000 + b"]}",
+     "error parsing the body"),  # FastAPI's own refusal
+    ("/v1/translate", b'{"text": ["\\ud800 seven"]}', "text: Value error, not valid Unicode"),
+])
+def test_hostile_json_is_a_400_naming_what_and_the_connection_goes_on(client, path, content,
+                                                                      message):
+    """Depth bounded before parsing, text that is not Unicode refused: never a 500, and the
+    same client's next request on the connection is answered."""
+    response = client.post(path, content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code in (400, 422) and message in response.json()["error"]
+    again = client.post("/translate", json={"q": "seven", "source": "en", "target": "de"})
+    assert again.status_code == 200
+
+
+def test_a_json_body_may_begin_with_a_byte_order_mark(client, translator):
+    body = "\ufeff" + '{"q": "seven", "source": "en", "target": "de"}'
+    response = client.post("/translate", content=body.encode("utf-8"),
+                           headers={"Content-Type": "application/json"})
+    assert response.json() == {"translatedText": translator.translate(["seven"])[0]}

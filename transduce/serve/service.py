@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 
 from starlette.requests import Request
 
@@ -164,11 +165,9 @@ async def read_fields(request: Request) -> tuple[dict, bool]:
     if kind == "application/json" or kind.endswith("+json"):
         body = await request.body()
         try:
-            data = json.loads(body.decode("utf-8"))
+            data = parse_json(body.decode("utf-8-sig"))  # a BOM is no error (RFC 8259 8.1)
         except UnicodeDecodeError:
             raise ApiError(400, "Invalid request: the body is not UTF-8") from None
-        except json.JSONDecodeError:
-            raise ApiError(400, "Invalid JSON format") from None
         if not isinstance(data, dict):
             raise ApiError(400, "Invalid JSON format")
         return {**fields, **data}, True
@@ -188,6 +187,47 @@ async def read_fields(request: Request) -> tuple[dict, bool]:
                 fields[key] = values if key == "q" and len(values) > 1 else values[0]
         return fields, False
     return fields, False
+
+
+MAX_JSON_DEPTH = 32  # a request's JSON nests a few levels; a thousand would exhaust the stack
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def parse_json(text: str):
+    """A request body's JSON, its depth bounded before parsing, its strings valid Unicode; else
+    an ApiError 400 (a body nested a thousand levels deep or holding a lone surrogate, "\ud800",
+    would otherwise fail deep inside the parser or the tokenizer)."""
+    depth = deepest = 0
+    for bracket in _NOT_BRACKETS.sub("", _STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            raise ApiError(400, f"Invalid request: JSON nested deeper than {MAX_JSON_DEPTH} "
+                                "levels")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise ApiError(400, "Invalid JSON format") from None
+    check_unicode(data)
+    return data
+
+
+def check_unicode(value, field: str = "body") -> None:
+    """ApiError 400 naming the field whose text is not valid Unicode (a lone surrogate)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, f"Invalid request: {field} is not valid Unicode (a lone "
+                                "surrogate)") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_unicode(key, field)
+            check_unicode(item, key if field == "body" else field)
+    elif isinstance(value, list):
+        for item in value:
+            check_unicode(item, field)
 
 
 def _per(seconds: float) -> str:

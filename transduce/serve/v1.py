@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from transduce.decoding.translator import Translation
 from transduce.serve.models import language_name
@@ -30,6 +30,18 @@ class TranslateRequest(BaseModel):
     layer: int | None = Field(None, description="Only this decoder layer's attention (from 0; "
                               "-1 the last); default all layers")
     api_key: str | None = None
+
+    @field_validator("text", "source", "target", "api_key")
+    @classmethod
+    def _unicode(cls, value):
+        """A lone surrogate ("\ud800") is valid JSON but not text: refused, not searched."""
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("not valid Unicode (a lone surrogate)") from None
+        return value
 
 
 class Hypothesis(BaseModel):
