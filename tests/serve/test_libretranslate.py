@@ -1,5 +1,8 @@
+
 """LibreTranslate's API, with the assertions of LibreTranslate's own tests
 (libretranslate/tests/test_api/) and every error the issue names."""
+
+import json
 
 import pytest
 from fastapi.testclient import TestClient
@@ -216,3 +219,34 @@ def test_a_json_body_may_begin_with_a_byte_order_mark(client, translator):
     response = client.post("/translate", content=body.encode("utf-8"),
                            headers={"Content-Type": "application/json"})
     assert response.json() == {"translatedText": translator.translate(["seven"])[0]}
+
+
+def test_a_body_over_the_limit_is_a_413_whether_declared_or_streamed(translator):
+    """--max-body-bytes: refused from the Content-Length, or while the body streams in (no
+    Content-Length: chunked), for JSON, forms and multipart, on every route; then the server
+    goes on."""
+    big = "seven " * 400  # 2,400 bytes
+    with TestClient(make_app(translator, max_body_bytes=1000)) as client:
+        fields = {"q": big, "source": "en", "target": "de"}
+        for response in (
+                client.post("/translate", json=fields),
+                client.post("/translate", data=fields),
+                client.post("/translate", files={"q": (None, big)}),
+                client.post("/v1/translate", json={"text": [big]}),
+                client.post("/translate", headers={"Content-Type": "application/json"},
+                            content=(part.encode() for part in json.dumps(fields))),
+                client.post("/v1/translate", headers={"Content-Type": "application/json"},
+                            content=(part.encode() for part in json.dumps({"text": [big]})))):
+            assert response.status_code == 413, (response.request.url, response.text)
+            assert response.json() == {
+                "error": "Request body larger than 1,000 bytes (--max-body-bytes)"}
+        small = client.post("/translate", json={"q": "seven", "source": "en", "target": "de"})
+        assert small.status_code == 200
+
+
+def test_a_content_length_that_is_not_a_number_is_a_400(translator):
+    with TestClient(make_app(translator)) as client:
+        response = client.post("/translate", content=b"{}",
+                               headers={"Content-Type": "application/json",
+                                        "Content-Length": "lots"})
+        assert response.status_code == 400

@@ -263,3 +263,25 @@ def test_serve_refuses_a_missing_model_before_it_says_serving(tmp_path, capsys):
     assert main(["serve", "--model", str(tmp_path / "nothing"), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("transduce: error:") and "nothing" in err and len(err.splitlines()) == 1
+
+
+def test_a_slow_body_is_dropped_after_the_body_timeout_and_big_ones_refused(server):
+    """A client that sends part of its body and then nothing gets a 408 once --body-timeout has
+    passed, and its connection is closed; one whose Content-Length is over --max-body-bytes gets
+    a 413 at once; the server goes on serving."""
+    _, url = server("--body-timeout", "1", "--max-body-bytes", "5000")
+    port = int(url.rsplit(":", 1)[1])
+    head = ("POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: {}\r\n\r\n")
+    for length, sent, status in ((100, b'{"q": "sev', b"408"), (10**8, b"", b"413")):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
+            slow.sendall(head.format(length).encode() + sent)
+            start = time.monotonic()
+            answer = b""
+            while chunk := slow.recv(4096):  # until the server closes the connection
+                answer += chunk
+            assert answer.split(b"\r\n")[0].split()[1] == status, answer
+            assert time.monotonic() - start < 20
+    with httpx.Client(base_url=url, timeout=60) as client:
+        answer = client.post("/translate", json={"q": "seven", "source": "en", "target": "de"})
+        assert answer.status_code == 200

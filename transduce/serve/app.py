@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from transduce import __version__
 from transduce.errors import UserError
 from transduce.serve import libretranslate, v1
+from transduce.serve.bodies import BodyLimits
 from transduce.serve.models import ModelSpec, ServedModel, load_models
 from transduce.serve.service import ApiError, Service
 from transduce.serve.settings import ServeSettings
@@ -70,6 +71,8 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     app.state.service = service
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
                        allow_headers=["*"])
+    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes,
+                       timeout=settings.body_timeout)
     _errors(app)
     _measured(app, service)
     app.include_router(libretranslate.router(service))

@@ -34,6 +34,11 @@ class ServeSettings:
         "requests per client address: N/minute (N/second, N/hour, N/day also)",
         metavar="N/minute")
     timeout: float = setting(60.0, "seconds: a request not translated by then gets a 503 (0: none)")
+    max_body_bytes: int = setting(10 * 2**20,
+        "a request body larger than this is refused (413) before it is read whole")
+    body_timeout: float = setting(30.0,
+        "seconds a client has to send its whole request body, else a 408 and it is dropped "
+        "(0: no limit)")
     workers: int = setting(1,
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
         "more workers with fewer threads each keep more cores busy")
@@ -48,10 +53,10 @@ class ServeSettings:
         "--beam-size, ...; none: the model's)"))
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "workers"):
+        for name in ("max_batch_tokens", "workers", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives"):
+        for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives", "body_timeout"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must not be negative")
         for name in ("max_chars", "max_texts"):
