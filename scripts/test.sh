@@ -4,10 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRANSDUCE_EXTRAS="[test]" scripts/setup.sh
-# the server's page is tested in a real browser: Debian's Chromium, installed when missing
-if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-    >/dev/null || echo "could not install chromium: the browser test will be skipped" >&2
+# the server's page is tested in a real browser (Debian's Chromium), its workers' shared rate
+# limit in a real Redis (Debian's redis-server): installed when missing
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+    >/dev/null || echo "could not install ${missing[*]}: their tests will be skipped" >&2
 fi
 # lint first: a style error fails in seconds, before a half-hour suite
 "${TRANSDUCE_VENV:-.venv}/bin/ruff" check transduce tests benchmarks docs

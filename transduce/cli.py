@@ -334,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides.extend(extra)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(message)s" if args.command != "serve" else
+                        serve_command.TIMED_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")  # serve: times
     logging.captureWarnings(True)  # library warnings (sacreBLEU's, PyTorch's) as log lines
     try:
         with _sigterm_as_ctrl_c(args.command != "serve"):  # serve: uvicorn's own

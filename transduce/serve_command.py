@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import tempfile
 
 from transduce.errors import UserError
 from transduce.options import add_config_options, from_environment
@@ -23,6 +24,18 @@ from transduce.translate_command import (
 
 log = logging.getLogger("transduce.serve")
 DEVICE = ("device", "dtype", "compile")  # ServeSettings' fields that add_device_options declares
+
+# every line with its time: uvicorn's own (started, stopping...), ours, and the access log,
+# applied by uvicorn as it starts (the lines before, by the command's logging: TIMED_FORMAT)
+TIMED_FORMAT = "%(asctime)s.%(msecs)03d [%(process)d] %(levelname)s %(name)s: %(message)s"
+LOG_CONFIG = {
+    "version": 1, "disable_existing_loggers": False,
+    "formatters": {"timed": {"format": TIMED_FORMAT, "datefmt": "%Y-%m-%dT%H:%M:%S"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "timed",
+                            "stream": "ext://sys.stderr"}},
+    "loggers": {name: {"handlers": ["stderr"], "level": "INFO", "propagate": False}
+                for name in ("uvicorn", "uvicorn.error", "transduce", "py.warnings")},
+}
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +67,7 @@ def serve(args: argparse.Namespace) -> int:
 
         from transduce.serve import ModelSpec, create_app, load_models
         from transduce.serve.app import MODELS_VARIABLE, SETTINGS_VARIABLE
+        from transduce.serve.metrics import MULTIPROCESS
         from transduce.serve.models import check_specs
     except ImportError as error:
         raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
@@ -66,8 +80,8 @@ def serve(args: argparse.Namespace) -> int:
     settings.keys()  # readable, before anything is loaded
     specs = [ModelSpec.parse(m) for m in args.model]
     check_port(args.host, args.port)
-    serving = dict(host=args.host, port=args.port, log_level="info",
-                   timeout_graceful_shutdown=None)
+    serving = dict(host=args.host, port=args.port, log_config=LOG_CONFIG, access_log=False,
+                   timeout_graceful_shutdown=None)  # transduce.serve.access logs each request
     if settings.workers == 1:
         app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
                                      compile=args.compile), settings)
@@ -78,8 +92,14 @@ def serve(args: argparse.Namespace) -> int:
                             "the workers; rename or link the run directory")
         os.environ[MODELS_VARIABLE] = ",".join(args.model)
         os.environ[SETTINGS_VARIABLE] = settings.to_json()
+        if not os.environ.get(MULTIPROCESS):  # the workers' metrics, summed by each scrape
+            metrics_dir = tempfile.TemporaryDirectory(prefix="transduce-metrics-")
+            os.environ[MULTIPROCESS] = metrics_dir.name
         app = "transduce.serve:create_app"
-        serving.update(factory=True, workers=settings.workers)
+        # a worker answers its supervisor's pings only once it can: loading the models may
+        # hold it longer than uvicorn's 5 s, which killed workers still loading
+        serving.update(factory=True, workers=settings.workers,
+                       timeout_worker_healthcheck=settings.worker_healthcheck_timeout)
     check_port(args.host, args.port)  # again: loading took a while
     log.info("serving on http://%s:%d (the page at /, the API at /docs)", args.host, args.port)
     # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal

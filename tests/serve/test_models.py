@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from transduce.cli import main
 from transduce.errors import UserError
 from transduce.serve import ModelSpec, create_app
-from transduce.serve.settings import ServeSettings, parse_rate_limit, read_api_keys
+from transduce.serve.settings import ServeSettings, read_api_keys
 
 
 def test_model_specs():
@@ -39,10 +39,6 @@ def test_one_model_per_pair(run_dir):
 
 
 def test_settings_from_the_command_line(tmp_path):
-    assert parse_rate_limit("60/minute") == (60, 60.0)
-    assert parse_rate_limit(" 5 / second") == (5, 1.0)
-    with pytest.raises(UserError, match="expected N/minute"):
-        parse_rate_limit("fast")
     keys = tmp_path / "keys"
     keys.write_text("# ours\nabc\n\n def \n")
     assert read_api_keys(keys) == {"abc", "def"}
@@ -53,6 +49,14 @@ def test_settings_from_the_command_line(tmp_path):
         ServeSettings(max_batch_tokens=0)
     with pytest.raises(UserError, match="--rate-limit 'fast': expected N/minute"):
         ServeSettings(rate_limit="fast")
+    with pytest.raises(UserError, match="--rate-limit with --workers above 1 needs "
+                                        "--rate-limit-storage redis://"):
+        ServeSettings(rate_limit="5/minute", workers=2)
+    ServeSettings(rate_limit="5/minute", workers=2, rate_limit_storage="redis://localhost:6379")
+    with pytest.raises(UserError, match="--rate-limit-storage 'sql://x': expected"):
+        ServeSettings(rate_limit_storage="sql://x")
+    with pytest.raises(UserError, match="--require-api-key needs --api-keys FILE"):
+        ServeSettings(require_api_key=True)
 
 
 def test_each_option_of_serve_is_a_field_of_its_settings():
@@ -99,6 +103,9 @@ def test_serve_options_come_from_the_environment_unless_given(monkeypatch):
     (["--model", "no/such/run"], "no/such/run: not a model directory"),
     (["--model", "RUN", "--rate-limit", "lots"], "--rate-limit 'lots': expected N/minute"),
     (["--model", "RUN", "--api-keys", "no/such/file"], "--api-keys no/such/file: cannot read"),
+    (["--model", "RUN", "--rate-limit", "5/minute", "--workers", "2"],
+     "--rate-limit with --workers above 1 needs --rate-limit-storage redis://HOST:PORT"),
+    (["--model", "RUN", "--require-api-key"], "--require-api-key needs --api-keys FILE"),
 ])
 def test_bad_options_are_one_line(run_dir, capsys, args, message):
     args = [str(run_dir) if a == "RUN" else a for a in args]
@@ -109,7 +116,9 @@ def test_bad_options_are_one_line(run_dir, capsys, args, message):
 
 def test_settings_reach_the_workers_whole(tmp_path):
     settings = ServeSettings(decode={"beam_size": 4}, api_keys=tmp_path / "keys",
-                             rate_limit="5/second", workers=3, batching=False)
+                             rate_limit="5/second", workers=3, batching=False,
+                             rate_limit_storage="redis://127.0.0.1:6379", require_api_key=True,
+                             metrics_auth_token="t")
     assert ServeSettings.from_json(settings.to_json()) == settings
     assert settings.threads_per_worker() >= 1
     assert ServeSettings().threads_per_worker() == 0  # one worker: PyTorch's default

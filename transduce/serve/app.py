@@ -6,21 +6,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from importlib import resources
 from pathlib import Path
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from transduce import __version__
 from transduce.errors import UserError
 from transduce.serve import libretranslate, v1
+from transduce.serve.access import Access
 from transduce.serve.bodies import BodyLimits
+from transduce.serve.cors import Cors
 from transduce.serve.models import ModelSpec, ServedModel, load_models
 from transduce.serve.service import ApiError, Service
 from transduce.serve.settings import ServeSettings
@@ -64,22 +65,28 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
         yield
         await service.stop()  # what was accepted is finished first
 
-    app = FastAPI(title="transduce", version=__version__, lifespan=lifespan,
-                  openapi_url="/spec", docs_url="/docs", redoc_url=None,
-                  description="Machine translation with the Transformer of \"Attention Is All "
-                              "You Need\": LibreTranslate's API and transduce's own (/v1).")
+    # Swagger UI's files are served from the package (fastapi-offline's), not from a CDN, so
+    # /docs works offline
+    app = FastAPIOffline(title="transduce", version=__version__, lifespan=lifespan,
+                         openapi_url="/spec", docs_url="/docs", redoc_url=None,
+                         favicon_url="/favicon.ico",
+                         description="Machine translation with the Transformer of \"Attention "
+                                     "Is All You Need\": LibreTranslate's API and transduce's "
+                                     "own (/v1).")
     app.state.service = service
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
-                       allow_headers=["*"])
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes,
                        timeout=settings.body_timeout)
+    app.add_middleware(Cors)
+    app.add_middleware(Access, track=_tracker(service))  # outermost: sees every answer
     _errors(app)
-    _measured(app, service)
     app.include_router(libretranslate.router(service))
     app.include_router(v1.router(service))
 
     @app.get("/metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        token = settings.metrics_auth_token
+        if token and request.headers.get("authorization") != f"Bearer {token}":
+            raise ApiError(401, "Unauthorized")
         return Response(service.metrics.text(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -87,9 +94,13 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     async def page() -> FileResponse:
         return FileResponse(PAGE / "index.html")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(PAGE / "favicon.svg", media_type="image/svg+xml")
+
     @app.get("/page/{name}", include_in_schema=False)
     async def page_file(name: str) -> FileResponse:
-        if name not in {"app.js", "style.css"}:
+        if name not in {"app.js", "style.css", "favicon.svg"}:
             raise ApiError(404, "Not Found")
         return FileResponse(PAGE / name)
 
@@ -97,7 +108,8 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
 
 
 def _errors(app: FastAPI) -> None:
-    """Every error as {"error": "one line"}; a bug is a 500 with its traceback in the log."""
+    """Every error as {"error": "one line"}; a bug is a 500 naming its request id, answered
+    by `transduce.serve.access.Access`."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
@@ -115,25 +127,22 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse({"error": f"Invalid request: {where or 'body'}: {first['msg']}"},
                             422)
 
-    @app.exception_handler(Exception)
-    async def bug(request: Request, error: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return JSONResponse({"error": f"Internal error: {type(error).__name__}"}, 500)
+
+ROUTES = {"/translate", "/translate_file", "/detect", "/suggest", "/languages", "/v1/translate",
+          "/v1/models", "/metrics"}  # counted by path; any other path as "other"
 
 
-def _measured(app: FastAPI, service: Service) -> None:
-    routes = {"/translate", "/detect", "/languages", "/v1/translate", "/v1/models"}
+def _tracker(service: Service):
+    metrics = service.metrics
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next):
-        path = request.url.path
-        if path not in routes:
-            return await call_next(request)
-        start = time.perf_counter()
-        service.metrics.in_progress.inc()
-        try:
-            response = await call_next(request)
-        finally:
-            service.metrics.in_progress.dec()
-        service.metrics.request(path, response.status_code, time.perf_counter() - start)
-        return response
+    def track(path: str):
+        working = path in ROUTES and path != "/metrics"  # a scrape does not count itself
+        if working:
+            metrics.in_progress.inc()
+
+        def answered(status: int, seconds: float) -> None:
+            if working:
+                metrics.in_progress.dec()
+            metrics.request(path if path in ROUTES else "other", status, seconds)
+        return answered
+    return track

@@ -47,7 +47,7 @@ def router(service: Service) -> APIRouter:
     async def frontend_settings() -> dict:
         first = next(iter(service.models.values()))
         return {"charLimit": settings.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
-                "apiKeys": bool(service.api_keys), "keyRequired": bool(service.api_keys),
+                "apiKeys": bool(service.api_keys), "keyRequired": settings.require_api_key,
                 "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
                 "language": {
                     "source": {"code": first.source, "name": language_name(first.source)},
@@ -57,7 +57,7 @@ def router(service: Service) -> APIRouter:
               openapi_extra=_FIELDS_BODY)
     async def translate(request: Request) -> dict:
         fields, is_json = await read_fields(request)
-        service.admit(request, fields.get("api_key"))
+        await service.admit(request, fields.get("api_key"))
         q, source, target = (fields.get(name) for name in ("q", "source", "target"))
         for name, value in (("q", q), ("source", source), ("target", target)):
             if not value:
@@ -77,16 +77,14 @@ def router(service: Service) -> APIRouter:
         text_format = fields.get("format") or "text"
         if text_format not in ("text", "html"):
             raise ApiError(400, f"{text_format} format is not supported")
-        if text_format == "html":
-            alternatives = 0  # as LibreTranslate: none for HTML
         translated, others = await _translate(service, request, model, texts, text_format,
-                                              alternatives)
+                                              0 if text_format == "html" else alternatives)
         one = not isinstance(q, list)
         result: dict = {"translatedText": translated[0] if one else translated}
         if source.lower() == "auto":
             detected = {"confidence": 100.0, "language": model.source}
             result["detectedLanguage"] = detected if one else [detected] * len(texts)
-        if alternatives > 0:
+        if alternatives > 0:  # none for HTML, as LibreTranslate, but the key is there
             result["alternatives"] = others[0] if one else others
         return result
 
@@ -94,7 +92,7 @@ def router(service: Service) -> APIRouter:
               openapi_extra=_FIELDS_BODY)
     async def detect(request: Request) -> list[dict]:
         fields, _ = await read_fields(request)
-        service.admit(request, fields.get("api_key"))
+        await service.admit(request, fields.get("api_key"))
         q = fields.get("q")
         if not q:
             raise ApiError(400, "Invalid request: missing q parameter")
@@ -105,6 +103,13 @@ def router(service: Service) -> APIRouter:
             raise ApiError(400, f"Invalid request: this server translates from "
                                 f"{', '.join(sources)} and does not detect languages")
         return [{"confidence": 100.0, "language": sources[0]}]
+
+    @api.post("/suggest", summary="Suggest a better translation (not on this server)",
+              responses=_ERRORS, openapi_extra=_FIELDS_BODY)
+    async def suggest(request: Request) -> dict:
+        fields, _ = await read_fields(request)
+        await service.admit(request, fields.get("api_key"))
+        raise ApiError(403, "Suggestions are disabled on this server.")
 
     return api
 
@@ -123,10 +128,10 @@ def _check_size(texts: list[str], max_texts: int, max_chars: int) -> None:
     if max_texts != -1 and len(texts) > max_texts:
         raise ApiError(400, f"Invalid request: request ({len(texts)} texts) exceeds the "
                             f"limit of texts per request ({max_texts})")
-    chars = sum(map(len, texts))
-    if max_chars != -1 and chars > max_chars:
-        raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit "
-                            f"({max_chars})")
+    for text in texts:  # each text on its own, as LibreTranslate counts
+        if max_chars != -1 and len(text) > max_chars:
+            raise ApiError(400, f"Invalid request: request ({len(text)}) exceeds text limit "
+                                f"({max_chars})")
 
 
 async def _translate(service: Service, request: Request, model, texts: list[str],

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import re
 
 from starlette.requests import Request
 
@@ -44,8 +43,7 @@ class Service:
                           wait=settings.batch_wait_ms / 1000, batching=settings.batching,
                           on_batch=self._counter(m))
             for pair, m in self.models.items()}
-        self.rate_limit, self.rate_window = settings.rate()
-        self.limiter = RateLimiter(self.rate_limit, self.rate_window)
+        self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.api_keys = settings.keys()
 
     def _counter(self, model: ServedModel):
@@ -57,9 +55,17 @@ class Service:
     def start(self) -> None:
         for batcher in self.batchers.values():
             batcher.start()
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_metrics())
 
     async def stop(self) -> None:
         await asyncio.gather(*(b.stop() for b in self.batchers.values()))
+        self._refresh.cancel()
+        self.metrics.leave()
+
+    async def _refresh_metrics(self) -> None:
+        while True:
+            self.metrics.refresh()
+            await asyncio.sleep(1.0)
 
     # -- languages ------------------------------------------------------------------------------
 
@@ -96,17 +102,21 @@ class Service:
 
     # -- who may ask ----------------------------------------------------------------------------
 
-    def admit(self, request: Request, api_key) -> None:
-        """Refuse a request over the rate limit of its client address (every request counts),
-        or without a valid API key when keys are required."""
-        client = request.client.host if request.client else "unknown"
-        if not self.limiter.allow(client):
-            window = _per(self.rate_window)
-            wait = max(1, round(self.limiter.retry_after(client)))
-            raise ApiError(429, f"Slowdown: {self.rate_limit} per {window}",
+    async def admit(self, request: Request, api_key) -> None:
+        """Refuse a request with an API key that is not one of --api-keys (403), or without one
+        when --require-api-key (400), as LibreTranslate does; or over the rate limit of its
+        client: its key, else its address (429; every request counts)."""
+        if self.api_keys and api_key not in (None, ""):
+            if not isinstance(api_key, str) or api_key not in self.api_keys:
+                raise ApiError(403, "Invalid API key")
+        elif self.settings.require_api_key:
+            raise ApiError(400, "Please contact the server operator to get an API key")
+        client = (f"key:{api_key}" if api_key else
+                  f"address:{request.client.host if request.client else 'unknown'}")
+        if not await self.limiter.allow(client):
+            wait = max(1, round(await self.limiter.retry_after(client)))
+            raise ApiError(429, f"Slowdown: {self.limiter.described()}",
                            headers={"Retry-After": str(wait)})
-        if self.api_keys and (not isinstance(api_key, str) or api_key not in self.api_keys):
-            raise ApiError(403, "Invalid API key")
 
     # -- translating ----------------------------------------------------------------------------
 
@@ -189,22 +199,10 @@ async def read_fields(request: Request) -> tuple[dict, bool]:
     return fields, False
 
 
-MAX_JSON_DEPTH = 32  # a request's JSON nests a few levels; a thousand would exhaust the stack
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-
-
 def parse_json(text: str):
-    """A request body's JSON, its depth bounded before parsing, its strings valid Unicode; else
-    an ApiError 400 (a body nested a thousand levels deep or holding a lone surrogate, "\ud800",
-    would otherwise fail deep inside the parser or the tokenizer)."""
-    depth = deepest = 0
-    for bracket in _NOT_BRACKETS.sub("", _STRINGS.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            raise ApiError(400, f"Invalid request: JSON nested deeper than {MAX_JSON_DEPTH} "
-                                "levels")
+    """A request body's JSON (its depth bounded already by `transduce.serve.bodies`), its
+    strings valid Unicode; else an ApiError 400 (a lone surrogate, "\ud800", would otherwise
+    fail inside the tokenizer)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -228,10 +226,3 @@ def check_unicode(value, field: str = "body") -> None:
     elif isinstance(value, list):
         for item in value:
             check_unicode(item, field)
-
-
-def _per(seconds: float) -> str:
-    for name, length in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
-        if seconds == length:
-            return f"1 {name}"
-    return f"{seconds:g} seconds"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ class ServeSettings:
     also read from TRANSDUCE_SERVE_<FIELD> variables."""
 
     max_chars: int = setting(5000,
-        "characters per request at most, all its texts together (-1: none)")
+        "characters per text at most, as LibreTranslate counts (-1: none)")
     max_texts: int = setting(128, "texts in one request at most (-1: no limit)")
     max_alternatives: int = setting(3, "LibreTranslate's alternatives at most")
     max_batch_tokens: int = setting(4096,
@@ -29,16 +28,28 @@ class ServeSettings:
     batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it")
     batching: bool = setting(True, "false (--no-batching): one request at a time, as they come")
     api_keys: Path | None = setting(None,
-        "a file of API keys, one per line: then every request needs one", metavar="FILE")
+        "a file of API keys, one per line: a request giving a key must give one of them, and "
+        "is rate-limited by its key instead of its address", metavar="FILE")
+    require_api_key: bool = setting(False,
+        "every request must give one of the --api-keys (LibreTranslate: a request without one "
+        "gets a 400 asking for one)")
     rate_limit: str | None = setting(None,
-        "requests per client address: N/minute (N/second, N/hour, N/day also)",
-        metavar="N/minute")
+        "requests per client (its API key, else its address): N/minute (N/second, N/hour, "
+        "N/day also)", metavar="N/minute")
+    rate_limit_storage: str = setting("memory://",
+        "where the rate limit counts: memory:// in each worker, redis://HOST:PORT shared by "
+        "all (needed with --workers above 1)", metavar="URI")
+    metrics_auth_token: str | None = setting(None,
+        "GET /metrics then needs the header 'Authorization: Bearer TOKEN'", metavar="TOKEN")
     timeout: float = setting(60.0, "seconds: a request not translated by then gets a 503 (0: none)")
     max_body_bytes: int = setting(10 * 2**20,
         "a request body larger than this is refused (413) before it is read whole")
     body_timeout: float = setting(30.0,
         "seconds a client has to send its whole request body, else a 408 and it is dropped "
         "(0: no limit)")
+    worker_healthcheck_timeout: int = setting(120,
+        "seconds a worker may take to answer its supervisor's health check before it is "
+        "restarted (with --workers above 1): enough to load the models")
     workers: int = setting(1,
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
         "more workers with fewer threads each keep more cores busy")
@@ -53,7 +64,8 @@ class ServeSettings:
         "--beam-size, ...; none: the model's)"))
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "workers", "max_body_bytes"):
+        for name in ("max_batch_tokens", "workers", "max_body_bytes",
+                     "worker_healthcheck_timeout"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
         for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives", "body_timeout"):
@@ -62,13 +74,20 @@ class ServeSettings:
         for name in ("max_chars", "max_texts"):
             if getattr(self, name) < 1 and getattr(self, name) != -1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, or -1 for none")
-        self.rate()  # checked
+        if self.rate_limit is not None or self.rate_limit_storage != "memory://":
+            from transduce.serve.guard import check_storage, parse_rate
+
+            if self.rate_limit is not None:
+                parse_rate(self.rate_limit)
+            check_storage(self.rate_limit_storage)
+        if (self.rate_limit and self.workers > 1
+                and self.rate_limit_storage.startswith("memory://")):
+            raise UserError("--rate-limit with --workers above 1 needs --rate-limit-storage "
+                            "redis://HOST:PORT: in memory each worker would count on its own")
+        if self.require_api_key and self.api_keys is None:
+            raise UserError("--require-api-key needs --api-keys FILE")
         if self.api_keys is not None:
             object.__setattr__(self, "api_keys", Path(self.api_keys))
-
-    def rate(self) -> tuple[int, float]:
-        """--rate-limit as (requests, window in seconds); (0, 60.0) without one."""
-        return parse_rate_limit(self.rate_limit) if self.rate_limit else (0, 60.0)
 
     def keys(self) -> frozenset[str]:
         """The API keys of --api-keys (none: every request is welcome)."""
@@ -119,18 +138,6 @@ class ServeSettings:
         if self.threads or self.workers == 1:
             return self.threads
         return max(1, (os.cpu_count() or 1) // self.workers)
-
-
-_WINDOWS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
-
-
-def parse_rate_limit(text: str) -> tuple[int, float]:
-    """"N/minute" (or N/second, N/hour, N/day) -> (N, the window in seconds)."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(second|minute|hour|day)\s*", text)
-    if not match or int(match[1]) < 1:
-        raise UserError(f"--rate-limit {text!r}: expected N/minute with N >= 1 "
-                        "(or N/second, N/hour, N/day)")
-    return int(match[1]), _WINDOWS[match[2]]
 
 
 def read_api_keys(path: Path) -> frozenset[str]:

@@ -96,12 +96,13 @@ def router(service: Service) -> APIRouter:
                   for status, text in ((400, "Invalid request"), (403, "No valid API key"),
                                        (429, "Slow down"), (503, "Timed out"))})
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
-        service.admit(request, body.api_key)
+        await service.admit(request, body.api_key)
         model = _model(service, body.source, body.target)
-        chars = sum(map(len, body.text))
         limit = service.settings.max_chars
-        if limit != -1 and chars > limit:
-            raise ApiError(400, f"Invalid request: request ({chars}) exceeds text limit ({limit})")
+        for text in body.text:  # each text on its own, as LibreTranslate's routes count
+            if limit != -1 and len(text) > limit:
+                raise ApiError(400, f"Invalid request: request ({len(text)}) exceeds text limit "
+                                    f"({limit})")
         layers = model.translator.model.config.n_decoder_layers
         if body.layer is not None and not -layers <= body.layer < layers:
             raise ApiError(400, f"Invalid request: layer {body.layer}: the model has {layers} "

@@ -1,0 +1,89 @@
+"""Several workers behave as one server: each loads its model before it is counted alive,
+/metrics sums all of them, and a rate limit counted in a real Redis holds across them."""
+
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from .test_server import _free_port, server  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow  # real servers, several processes each
+
+FIELDS = {"q": "seven", "source": "en", "target": "de"}
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server (Debian's; scripts/test.sh installs it) on a free port."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = _free_port()
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", "--dir", str(tmp_path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise AssertionError("redis-server did not start") from None
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _fresh_connection_each(url: str, n: int, **kwargs) -> list[httpx.Response]:
+    """n requests, each on a new connection, so that the kernel spreads them over the workers."""
+    return [httpx.post(f"{url}/translate", json=FIELDS, timeout=60, **kwargs) for _ in range(n)]
+
+
+def test_metrics_are_summed_over_the_workers(server, tmp_path):  # noqa: F811
+    process, url = server("--workers", "2")
+    n = 24
+    assert [r.status_code for r in _fresh_connection_each(url, n)] == [200] * n
+    counts = []
+    for _ in range(8):  # whichever worker answers the scrape, it counts everyone's requests
+        text = httpx.get(f"{url}/metrics", timeout=60).text
+        line = next(line for line in text.splitlines()
+                    if line.startswith('transduce_requests_total{endpoint="/translate",'
+                                       'status="200"}'))
+        counts.append(float(line.split()[-1]))
+    assert counts == [float(n)] * 8
+    assert 'transduce_sentences_total{model="en-de"} 24.0' in text
+    log = next(tmp_path.glob("server-*.log")).read_text()
+    assert "died" not in log, log  # no worker killed while it loaded its model
+    # each line with its time; each request in the access log with its latency and id
+    assert all(line[:4].isdigit() for line in log.splitlines() if line.strip()), log
+    assert log.count('"POST /translate" 200') == n
+    answered_by = {line.split()[1] for line in log.splitlines() if '"POST /translate"' in line}
+    assert len(answered_by) == 2  # both workers' counts were in every scrape
+
+
+def test_a_rate_limit_in_redis_holds_across_workers(server, redis_url):  # noqa: F811
+    _, url = server("--workers", "2", "--rate-limit", "5/minute", "--rate-limit-storage",
+                    redis_url)
+    statuses = [r.status_code for r in _fresh_connection_each(url, 10)]
+    assert statuses == [200] * 5 + [429] * 5  # 10 got through with a limiter per worker
+    # another client (an API key of its own) has its own count
+    assert httpx.get(f"{url}/languages", timeout=60).status_code == 200
+
+
+def test_rate_limits_go_by_api_key_across_workers(server, redis_url, tmp_path):  # noqa: F811
+    keys = tmp_path / "keys"
+    keys.write_text("k1\nk2\n")
+    _, url = server("--workers", "2", "--rate-limit", "3/minute", "--rate-limit-storage",
+                    redis_url, "--api-keys", str(keys))
+    for key in ("k1", "k2"):
+        statuses = [httpx.post(f"{url}/translate", json={**FIELDS, "api_key": key},
+                               timeout=60).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429], key
