@@ -43,6 +43,7 @@ TRANSLATE = {
     "--output": ([], None),  # ... and writes -o
     "--nbest": (["--nbest", "2", "--beam-size", "2"], None),
     "--interactive": (["--interactive"], None),
+    "--split-sentences": (["--split-sentences"], None),
     "--sample": (["--sample"], None),
     "--temperature": (["--sample", "--temperature", "0.7"], None),
     "--top-k": (["--sample", "--top-k", "3"], None),

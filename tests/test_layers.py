@@ -20,7 +20,7 @@ FLOORS = [
     ("settings", {"config", "options", "*/config"}),
     ("kernels", {"kernels"}),
     ("model", {"model"}),
-    ("data", {"data"}),
+    ("data", {"data", "documents"}),
     ("runs", {"runs"}),
     ("decoding", {"decoding"}),
     ("training", {"training"}),

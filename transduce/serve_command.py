@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import tempfile
+from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.options import add_config_options, from_environment
@@ -91,10 +92,13 @@ def serve(args: argparse.Namespace) -> int:
             raise UserError("--workers: a --model with a comma in it cannot be passed on to "
                             "the workers; rename or link the run directory")
         os.environ[MODELS_VARIABLE] = ",".join(args.model)
-        os.environ[SETTINGS_VARIABLE] = settings.to_json()
         if not os.environ.get(MULTIPROCESS):  # the workers' metrics, summed by each scrape
             metrics_dir = tempfile.TemporaryDirectory(prefix="transduce-metrics-")
             os.environ[MULTIPROCESS] = metrics_dir.name
+        if settings.files_dir is None:  # a file translated by one worker, downloaded from any
+            files_dir = tempfile.TemporaryDirectory(prefix="transduce-files-")
+            settings = dataclasses.replace(settings, files_dir=Path(files_dir.name))
+        os.environ[SETTINGS_VARIABLE] = settings.to_json()
         app = "transduce.serve:create_app"
         # a worker answers its supervisor's pings only once it can: loading the models may
         # hold it longer than uvicorn's 5 s, which killed workers still loading

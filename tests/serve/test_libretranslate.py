@@ -140,8 +140,8 @@ def test_health_settings_spec_and_docs(client):
     assert client.post("/health").status_code == 405
     settings = client.get("/frontend/settings").json()
     assert settings == {"charLimit": 200, "frontendTimeout": 500, "apiKeys": False,
-                        "keyRequired": False, "suggestions": False, "filesTranslation": False,
-                        "supportedFilesFormat": [],
+                        "keyRequired": False, "suggestions": False, "filesTranslation": True,
+                        "supportedFilesFormat": [".txt", ".html", ".htm", ".docx", ".odt"],
                         "language": {"source": {"code": "en", "name": "English"},
                                      "target": {"code": "de", "name": "German"}}}
     spec = client.get("/spec")

@@ -29,6 +29,10 @@ def test_type_translate_and_see_the_attention(server, translator, tmp_path):  # 
             page.fill("#source", "forty-two")
             page.click("#translate")
             sync_api.expect(page.locator("#translation li")).to_have_text([expected.text])
+            sync_api.expect(page.locator("#text")).to_have_text(expected.text)
+            labels = page.locator("#heatmap .piece").all_text_contents()
+            assert labels and not any("▁" in label for label in labels)  # pieces as words
+            assert page.locator("#legend").is_visible()
             cells = page.locator("#heatmap .cell")
             rows, columns = len(expected.tgt_pieces), len(expected.src_pieces)
             sync_api.expect(cells).to_have_count(rows * columns)
@@ -38,12 +42,38 @@ def test_type_translate_and_see_the_attention(server, translator, tmp_path):  # 
                 "cells => cells.map(c => c.dataset.weight)")]
             assert weights == pytest.approx(mean.flatten().tolist(), abs=1e-4)
             cells.first.hover()
-            sync_api.expect(page.locator("#cell")).to_contain_text(expected.tgt_pieces[0])
+            sync_api.expect(page.locator("#cell")).to_contain_text(
+                expected.tgt_pieces[0].lstrip("▁"))
+            # the colour scale is absolute: a cell's opacity is its weight
+            alpha = cells.first.evaluate("c => getComputedStyle(c).backgroundColor")
+            assert float(alpha.rsplit(",", 1)[1].rstrip(")")) == pytest.approx(
+                float(mean[0, 0]), abs=2e-3)
             page.select_option("#layer", "0")  # one layer: its own weights
             first_layer = [float(w) for w in cells.evaluate_all(
                 "cells => cells.map(c => c.dataset.weight)")]
             assert first_layer == pytest.approx(
                 expected.attention[0].mean(0).flatten().tolist(), abs=1e-4)
+            # a paragraph: the translation of each sentence, in the text's layout; the hover
+            # line of the previous translation gone
+            page.fill("#source", "seven. twelve!\nforty-two.")
+            page.click("#translate")
+            t = dict(zip(["seven.", "twelve!", "forty-two."], translator.translate(
+                ["seven.", "twelve!", "forty-two."]), strict=True))
+            sync_api.expect(page.locator("#text")).to_have_text(
+                f"{t['seven.']} {t['twelve!']}\n{t['forty-two.']}")
+            sync_api.expect(page.locator("#cell")).to_contain_text("Hover a cell")
+            # a file, picked and translated from the page, downloaded from its link
+            source = tmp_path / "notes.txt"
+            source.write_text("seven. twelve!\n", encoding="utf-8")
+            page.set_input_files("#file", str(source))
+            page.click("#translate-file")
+            sync_api.expect(page.locator("#download")).to_be_visible()
+            with page.expect_download() as download:
+                page.click("#download")
+            saved = tmp_path / "downloaded.txt"
+            download.value.save_as(saved)
+            assert download.value.suggested_filename == "notes.txt"
+            assert saved.read_text(encoding="utf-8") == f"{t['seven.']} {t['twelve!']}\n"
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
             assert (tmp_path / "page.png").stat().st_size > 0
             assert errors == []

@@ -2,6 +2,7 @@
 and SIGTERM while it works."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -36,7 +37,8 @@ def server(run_dir, tmp_path):
         log = open(tmp_path / f"server-{port}.log", "w")
         process = subprocess.Popen(
             [sys.executable, "-m", "transduce", "serve", "--model", str(run_dir), "--port",
-             str(port), *options], stdout=log, stderr=subprocess.STDOUT)
+             str(port), *options], stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)  # its own process group: workers included, below
         started.append(process)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -51,10 +53,16 @@ def server(run_dir, tmp_path):
         raise AssertionError("the server did not start in 60 s")
 
     yield start
-    for process in started:
+    for process in started:  # the server and its workers (a SIGKILL to it alone orphans them)
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def _translate_command(run_dir, lines, tmp_path) -> list[str]:
@@ -208,7 +216,8 @@ DECODE_OPTIONS = {"--beam-size": "3", "--length-penalty": "1.5", "--length-norma
 def test_the_search_options_tables_hold_every_search_option_serve_lists():
     from ..test_every_option import listed
 
-    shared = listed("serve") & listed("translate") - {"--model", "--help"}
+    # (--split-sentences: the same in both, tested in tests/serve/test_documents.py)
+    shared = listed("serve") & listed("translate") - {"--model", "--help", "--split-sentences"}
     assert shared == set(DEVICE_OPTIONS) | set(DECODE_OPTIONS)
 
 

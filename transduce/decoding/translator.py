@@ -184,6 +184,11 @@ class Translator:
         bar.close()
         return results
 
+    def fits(self, sentence: str) -> bool:
+        """Whether `sentence` is within the model's source length (a longer one is truncated,
+        with a warning: cut it first, as `transduce.documents.layout.Splitter` does)."""
+        return len(self.tokenizers.src.encode(sentence)) <= self.model.config.max_positions - 1
+
     def _encode_source(self, sentence: str, index: int) -> list[int]:
         ids = self.tokenizers.src.encode(sentence)
         limit = self.model.config.max_positions - 1  # room for <eos>

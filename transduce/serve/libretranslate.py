@@ -1,13 +1,22 @@
 """LibreTranslate's API (as of LibreTranslate 1.9.6), so that its clients and apps work as they
-are: /translate, /languages, /detect, /frontend/settings, /health. Fields come as JSON,
-urlencoded or multipart; errors are {"error": "..."} with LibreTranslate's texts and codes."""
+are: /translate, /translate_file and /download_file, /languages, /detect, /suggest,
+/frontend/settings, /health. Fields come as JSON, urlencoded or multipart; errors are
+{"error": "..."} with LibreTranslate's texts and codes. Texts are translated sentence by
+sentence (--no-split-sentences: line by line) and put back in their layout."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import asyncio
+import tempfile
+from pathlib import Path
 
-from transduce.serve.formats import html_text, plain_text
-from transduce.serve.models import language_name
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+
+from transduce.documents.files import FORMATS, read_document
+from transduce.documents.layout import Splitter, html_text, plain_text
+from transduce.errors import UserError
+from transduce.serve.models import ServedModel, language_name
 from transduce.serve.service import ApiError, Service, read_fields
 
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing
@@ -25,6 +34,13 @@ _FIELDS_BODY = {  # the OpenAPI description of the form and JSON bodies
             "api_key": {"type": "string"}}}}
         for media in ("application/json", "application/x-www-form-urlencoded",
                       "multipart/form-data")}}}
+_FILE_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "source", "target"], "properties": {
+        "file": {"type": "string", "format": "binary",
+                 "description": f"The file: {', '.join(FORMATS)}"},
+        "source": {"type": "string", "description": "Source language code, or auto"},
+        "target": {"type": "string", "description": "Target language code"},
+        "api_key": {"type": "string"}}}}}}}
 _ERRORS = {status: {"description": text, "content": {"application/json": {"schema": {
     "type": "object", "properties": {"error": {"type": "string"}}}}}}
     for status, text in ((400, "Invalid request"), (403, "Banned or no valid API key"),
@@ -48,7 +64,8 @@ def router(service: Service) -> APIRouter:
         first = next(iter(service.models.values()))
         return {"charLimit": settings.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
                 "apiKeys": bool(service.api_keys), "keyRequired": settings.require_api_key,
-                "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                "suggestions": False, "filesTranslation": settings.files_translation,
+                "supportedFilesFormat": list(FORMATS) if settings.files_translation else [],
                 "language": {
                     "source": {"code": first.source, "name": language_name(first.source)},
                     "target": {"code": first.target, "name": language_name(first.target)}}}
@@ -104,6 +121,37 @@ def router(service: Service) -> APIRouter:
                                 f"{', '.join(sources)} and does not detect languages")
         return [{"confidence": 100.0, "language": sources[0]}]
 
+    @api.post("/translate_file", summary="Translate a file (.txt, .html, .docx, .odt)",
+              responses=_ERRORS, openapi_extra=_FILE_BODY)
+    async def translate_file(request: Request) -> dict:
+        form = await _form(request)
+        await service.admit(request, form.get("api_key"))
+        if not settings.files_translation:
+            raise ApiError(403, "Files translation are disabled on this server.")
+        upload = form.get("file")
+        for name, value in (("file", upload), ("source", form.get("source")),
+                            ("target", form.get("target"))):
+            if not value:
+                raise ApiError(400, f"Invalid request: missing {name} parameter")
+        if isinstance(upload, str) or not upload.filename:
+            raise ApiError(400, "Invalid request: empty file")
+        if Path(upload.filename).suffix.lower() not in FORMATS:
+            raise ApiError(400, "Invalid request: file format not supported")
+        model = service.model(str(form["source"]).lower(), str(form["target"]).lower())
+        name = await _translate_upload(service, request, model, upload)
+        return {"translatedFileUrl": f"{request.base_url}download_file/{name}"}
+
+    @api.get("/download_file/{name}", summary="Download a translated file",
+             responses={404: _ERRORS[400] | {"description": "No such file (or removed: files "
+                                                            "are kept 30 minutes)"}})
+    async def download_file(name: str) -> FileResponse:
+        if not settings.files_translation:
+            raise ApiError(400, "Files translation are disabled on this server.")
+        path = service.files.path(name)
+        if path is None:
+            raise ApiError(404, "Not Found")
+        return FileResponse(path, filename=service.files.download_name(name))
+
     @api.post("/suggest", summary="Suggest a better translation (not on this server)",
               responses=_ERRORS, openapi_extra=_FIELDS_BODY)
     async def suggest(request: Request) -> dict:
@@ -112,6 +160,41 @@ def router(service: Service) -> APIRouter:
         raise ApiError(403, "Suggestions are disabled on this server.")
 
     return api
+
+
+async def _form(request: Request):
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise ApiError(400, "Invalid request: missing file parameter (send multipart/form-data)")
+    try:
+        return await request.form()
+    except Exception as error:  # noqa: BLE001 - python-multipart's many parse errors
+        raise ApiError(400, f"Invalid request: unreadable form ({error})") from None
+
+
+async def _translate_upload(service: Service, request: Request, model: ServedModel,
+                            upload) -> str:
+    """The uploaded file translated in its format and stored: its name in service.files."""
+    suffix = Path(upload.filename).suffix.lower()
+    with tempfile.TemporaryDirectory(prefix="transduce-upload-") as folder:
+        source = Path(folder) / f"source{suffix}"
+        source.write_bytes(await upload.read())
+        try:  # parsing and writing documents takes a while: off the event loop
+            document = await asyncio.to_thread(read_document, source, _splitter(service, model))
+        except UserError as error:
+            raise ApiError(400, f"Invalid request: {error}".replace(source.name,
+                                                                     upload.filename)) from None
+        found = await service.translate(model, document.sentences, service.search(model),
+                                        request)
+        return await asyncio.to_thread(service.files.put, upload.filename, lambda path:
+                                       document.write([t.text for t in found], path))
+
+
+def _splitter(service: Service, model: ServedModel) -> Splitter:
+    """Sentences in the model's source language (unless --no-split-sentences), each cut to the
+    model's length."""
+    return Splitter(model.source if service.settings.split_sentences else None,
+                    fits=model.translator.fits)
 
 
 def _alternatives(value, limit: int) -> int:
@@ -136,9 +219,11 @@ def _check_size(texts: list[str], max_texts: int, max_chars: int) -> None:
 
 async def _translate(service: Service, request: Request, model, texts: list[str],
                      text_format: str, alternatives: int) -> tuple[list[str], list[list[str]]]:
-    """Each text translated line by line (or between its tags), and up to `alternatives` other
-    translations of it: its lines' second, third... best, each line's best where it has no more."""
-    pieces = [(html_text if text_format == "html" else plain_text)(t) for t in texts]
+    """Each text translated sentence by sentence (or line by line, or between its tags), and up
+    to `alternatives` other translations of it: its sentences' second, third... best, each
+    sentence's best where it has no more."""
+    splitter = _splitter(service, model)
+    pieces = [(html_text if text_format == "html" else plain_text)(t, splitter) for t in texts]
     sentences = [s for p in pieces for s in p.sentences.values()]
     search = service.search(model, nbest=alternatives + 1)
     found = await service.translate(model, sentences, search, request)

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
 from transduce.serve.batcher import Batcher, Search
+from transduce.serve.files import FileStore
 from transduce.serve.guard import RateLimiter
 from transduce.serve.metrics import Metrics
 from transduce.serve.models import ServedModel, language_name
@@ -44,6 +45,7 @@ class Service:
                           on_batch=self._counter(m))
             for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
+        self.files: FileStore | None = None  # made by start()
         self.api_keys = settings.keys()
 
     def _counter(self, model: ServedModel):
@@ -56,11 +58,13 @@ class Service:
         for batcher in self.batchers.values():
             batcher.start()
         self._refresh = asyncio.get_running_loop().create_task(self._refresh_metrics())
+        self.files = FileStore(self.settings.files_dir)
 
     async def stop(self) -> None:
         await asyncio.gather(*(b.stop() for b in self.batchers.values()))
         self._refresh.cancel()
         self.metrics.leave()
+        self.files.close()
 
     async def _refresh_metrics(self) -> None:
         while True:

@@ -41,6 +41,15 @@ class ServeSettings:
         "all (needed with --workers above 1)", metavar="URI")
     metrics_auth_token: str | None = setting(None,
         "GET /metrics then needs the header 'Authorization: Bearer TOKEN'", metavar="TOKEN")
+    files_translation: bool = setting(True,
+        "POST /translate_file translates .txt, .html, .docx and .odt files (false, "
+        "--no-files-translation: a 403, as LibreTranslate's --disable-files-translation)")
+    files_dir: Path | None = setting(None,
+        "where translated files wait for their download, 30 minutes (default: a temporary "
+        "directory, shared by the workers)", metavar="DIR")
+    split_sentences: bool = setting(True,
+        "texts are cut into sentences, each translated on its own, and put back with their "
+        "own spacing (false, --no-split-sentences: each line whole)")
     timeout: float = setting(60.0, "seconds: a request not translated by then gets a 503 (0: none)")
     max_body_bytes: int = setting(10 * 2**20,
         "a request body larger than this is refused (413) before it is read whole")
@@ -86,8 +95,9 @@ class ServeSettings:
                             "redis://HOST:PORT: in memory each worker would count on its own")
         if self.require_api_key and self.api_keys is None:
             raise UserError("--require-api-key needs --api-keys FILE")
-        if self.api_keys is not None:
-            object.__setattr__(self, "api_keys", Path(self.api_keys))
+        for name in ("api_keys", "files_dir"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
 
     def keys(self) -> frozenset[str]:
         """The API keys of --api-keys (none: every request is welcome)."""
@@ -96,7 +106,8 @@ class ServeSettings:
     def to_json(self) -> str:
         """For the worker processes: `from_json` gives these settings back."""
         fields = dataclasses.asdict(self)
-        fields["api_keys"] = str(self.api_keys) if self.api_keys else None
+        for name in ("api_keys", "files_dir"):
+            fields[name] = str(fields[name]) if fields[name] else None
         return json.dumps(fields)
 
     @classmethod

@@ -103,6 +103,11 @@ def router(service: Service) -> APIRouter:
             if limit != -1 and len(text) > limit:
                 raise ApiError(400, f"Invalid request: request ({len(text)}) exceeds text limit "
                                     f"({limit})")
+        for n, text in enumerate(body.text):  # a sentence each: one too long is not truncated
+            if not model.translator.fits(text):
+                raise ApiError(400, f"Invalid request: text[{n}] is longer than the model's "
+                                    f"{model.translator.model.config.max_positions - 1} tokens; "
+                                    "cut it into sentences (POST /translate does)")
         layers = model.translator.model.config.n_decoder_layers
         if body.layer is not None and not -layers <= body.layer < layers:
             raise ApiError(400, f"Invalid request: layer {body.layer}: the model has {layers} "

@@ -1,7 +1,9 @@
-// The page: translate with POST /v1/translate and draw the cross-attention it returns.
+// The page: translate a text with POST /translate (sentence by sentence, its layout kept), its
+// lines with POST /v1/translate for the cross-attention drawn; a file with POST /translate_file.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+const HINT = "Hover a cell: a target piece, a source piece, and the weight it gives it.";
 let models = [];
 let results = null;   // the last response's translations
 let chosen = 0;       // which sentence's attention is drawn
@@ -29,22 +31,35 @@ async function loadModels() {
     return option;
   }));
   $("translate").disabled = false;  // only now is there a model to ask
+  $("translate-file").disabled = false;
+}
+
+// a SentencePiece piece as the word it is part of: "▁dog" -> "dog", a piece that continues a
+// word -> "·s"
+function word(piece) {
+  if (piece.startsWith("<") && piece.endsWith(">")) return piece;
+  return piece.startsWith("▁") ? piece.slice(1) || "␣" : `·${piece}`;
 }
 
 async function translate(event) {
   event.preventDefault();
   showError("");
-  const lines = $("source").value.split("\n").map((l) => l.trim()).filter((l) => l);
+  const text = $("source").value;
+  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l);
   if (!lines.length) { showError("Type a sentence first."); return; }
   const model = models[Number($("pair").value)];
   $("translate").disabled = true;
   $("status").textContent = "Translating…";
   const started = performance.now();
   try {
-    const data = await call("v1/translate", {
-      text: lines, source: model.source, target: model.target, attention: true,
-      nbest: Math.min(3, model.beam_size),
-    });
+    const [whole, data] = await Promise.all([
+      call("translate", { q: text, source: model.source, target: model.target }),
+      call("v1/translate", {
+        text: lines, source: model.source, target: model.target, attention: true,
+        nbest: Math.min(3, model.beam_size),
+      }).catch(() => ({ translations: [] })),  // a line too long for one search: no picture
+    ]);
+    $("text").textContent = whole.translatedText;
     results = data.translations;
     chosen = 0;
     show();
@@ -59,6 +74,8 @@ async function translate(event) {
 
 function show() {
   $("result").hidden = false;
+  $("cell").textContent = HINT;  // nothing hovered in this translation yet
+  if (!results.length) { $("translation").replaceChildren(); $("heatmap").replaceChildren(); return; }
   $("translation").replaceChildren(...results.map((t, i) => {
     const item = document.createElement("li");
     item.textContent = t.text;
@@ -99,9 +116,8 @@ function draw() {
   const grid = $("heatmap");
   if (!t.attention) { grid.replaceChildren(); return; }
   const w = weights(t);
-  const top = Math.max(...w.flat(), 1e-9);  // colours relative to the largest weight shown
-  const src = t.source_pieces;
-  const tgt = t.target_pieces;
+  const src = t.source_pieces.map(word);
+  const tgt = t.target_pieces.map(word);
   grid.style.gridTemplateColumns = `max-content repeat(${src.length}, minmax(1.6rem, 1fr))`;
   const cells = [document.createElement("span")];
   for (const piece of src) {
@@ -121,7 +137,8 @@ function draw() {
       cell.className = "cell";
       cell.setAttribute("role", "gridcell");
       cell.dataset.weight = value.toFixed(4);
-      cell.style.background = `rgba(36, 86, 199, ${(value / top).toFixed(3)})`;
+      // an absolute scale, as the legend: 0 white, 1 full blue (near-uniform attention pale)
+      cell.style.background = `rgba(36, 86, 199, ${Math.min(1, value).toFixed(3)})`;
       cell.title = `${target} → ${source}: ${value.toFixed(3)}`;
       cell.addEventListener("mouseenter", () => {
         $("cell").textContent = `“${target}” gives “${source}” ${value.toFixed(3)}`;
@@ -132,7 +149,36 @@ function draw() {
   grid.replaceChildren(...cells);
 }
 
+async function translateFile(event) {
+  event.preventDefault();
+  showError("");
+  const file = $("file").files[0];
+  if (!file) { showError("Choose a file first."); return; }
+  const model = models[Number($("pair").value)];
+  const form = new FormData();
+  form.append("file", file);
+  form.append("source", model.source);
+  form.append("target", model.target);
+  $("translate-file").disabled = true;
+  $("download").hidden = true;
+  $("status").textContent = "Translating the file…";
+  try {
+    const response = await fetch("translate_file", { method: "POST", body: form });
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || response.statusText);
+    $("download").href = data.translatedFileUrl;
+    $("download").hidden = false;
+    $("status").textContent = "";
+  } catch (error) {
+    showError(error.message);
+    $("status").textContent = "";
+  } finally {
+    $("translate-file").disabled = false;
+  }
+}
+
 $("form").addEventListener("submit", translate);
+$("file-form").addEventListener("submit", translateFile);
 $("layer").addEventListener("change", draw);
 $("source").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("form").requestSubmit();

@@ -1,4 +1,4 @@
-from transduce.serve.formats import html_text, plain_text
+from transduce.documents.layout import Splitter, html_text, plain_text
 
 
 def _upper(pieces):
@@ -24,3 +24,21 @@ def test_html_keeps_markup_and_escapes_translations():
 def test_text_without_words_is_kept():
     assert plain_text("  \n-- \n").sentences == {}
     assert html_text("<br/> <hr>").join([]) == "<br/> <hr>"
+
+
+def test_sentences_keep_the_texts_spacing_and_lines():
+    pieces = plain_text("Dr. Smith went home.  He slept.\n\n  A dog runs. ", Splitter("en"))
+    assert list(pieces.sentences.values()) == ["Dr. Smith went home.", "He slept.",
+                                               "A dog runs."]
+    assert _upper(pieces) == "DR. SMITH WENT HOME.  HE SLEPT.\n\n  A DOG RUNS. "
+    markup = "<p>Hello &amp; bye.  Good day!</p>"
+    html = html_text(markup, Splitter("en"))
+    assert list(html.sentences.values()) == ["Hello & bye.", "Good day!"]
+    assert html.join(["A <", "B"]) == "<p>A &lt; B</p>"
+
+
+def test_a_sentence_longer_than_the_model_takes_is_cut():
+    pieces = plain_text("one two three, four five six.", Splitter(
+        "en", fits=lambda s: len(s.split()) <= 3))
+    assert list(pieces.sentences.values()) == ["one two three,", "four five six."]
+    assert _upper(pieces) == "ONE TWO THREE, FOUR FIVE SIX."
