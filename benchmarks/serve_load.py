@@ -1,6 +1,7 @@
 """Serving under load: `transduce serve` on 127.0.0.1, N clients each sending one sentence at a
-time for a fixed time: batching (one worker process, then --workers), and not (one request at
-a time).
+time for a fixed time: continuous batching (--continuous-batching; one worker process, then
+--workers), batching of the requests that came together (the default; one worker, then
+--workers), and none (one request at a time).
 
 Every client is a closed loop: it sends a single sentence of --src (LibreTranslate's POST
 /translate, JSON), waits for the answer, and sends the next. Reported per concurrency: requests/s
@@ -12,6 +13,7 @@ pays that alike.
 
     python benchmarks/serve_load.py --model runs/m30k-en-de
     python benchmarks/serve_load.py --model runs/m30k-en-de --clients 1 32 --seconds 10
+    python benchmarks/serve_load.py --model runs/m30k-en-de --servers continuous batching
 """
 
 from __future__ import annotations
@@ -103,6 +105,10 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
             "mean": statistics.fmean(latencies) if latencies else 0}
 
 
+SERVERS = {"continuous": ["--continuous-batching"], "batching": [],
+           "one at a time": ["--no-batching"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="runs/m30k-en-de", help="a trained run directory")
@@ -112,6 +118,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per measurement")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="worker processes of the second batching server (default: the CPUs)")
+    parser.add_argument("--servers", nargs="+", default=list(SERVERS),
+                        choices=list(SERVERS), help="which servers (default: all)")
     args = parser.parse_args()
     sentences = [s for s in Path(args.src).read_text(encoding="utf-8").splitlines() if s.strip()]
     pair = tuple(args.pair.split(":"))
@@ -120,9 +128,11 @@ def main() -> None:
     print("| server | clients | requests/s | sentences/s | p50 ms | p95 ms | p99 ms | errors | "
           "peak memory |")
     print("|---|---|---|---|---|---|---|---|---|")
-    servers = (("batching", []), (f"batching, {args.workers} workers",
-                                  ["--workers", str(args.workers)]),
-               ("one at a time", ["--no-batching"]))
+    workers = ["--workers", str(args.workers)]
+    servers = [(name if name == "one at a time" or not many else f"{name}, {args.workers} workers",
+                options + (workers if many else []))
+               for name, options in SERVERS.items() if name in args.servers
+               for many in ((False,) if name == "one at a time" else (False, True))]
     for name, options in servers:
         process, url = start_server(args.model, ["--max-texts", "-1", *options])
         try:

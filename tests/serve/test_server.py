@@ -96,17 +96,19 @@ def test_libretranslatepy_and_libretranslate_aio(server, translator):
     assert batch.translated_text == translator.translate(["seven", "twelve"])
 
 
-def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path):
+@pytest.mark.parametrize("batching", [["--batch-wait-ms", "20"], ["--continuous-batching"]])
+def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path, batching):
     lines = [num2words(n) for n in range(1, 1000, 15)][:64]
     expected = _translate_command(run_dir, lines, tmp_path)
-    _, url = server("--batch-wait-ms", "20")
+    _, url = server(*batching)
 
     responses = asyncio.run(_one_request_per_line(url, lines))
     assert [r.status_code for r in responses] == [200] * 64
     assert [r.json()["translatedText"] for r in responses] == expected
-    _metric_reaches(url, 'transduce_batch_sentences_sum{model="en-de"}', 64)  # all counted
-    batches = _metric(url, 'transduce_batch_sentences_count{model="en-de"}')
-    assert batches < 64  # sentences of several requests searched together
+    _metric_reaches(url, 'transduce_sentences_total{model="en-de"}', 64)  # all counted
+    searched = _metric(url, 'transduce_batch_sentences_sum{model="en-de"}')
+    steps = _metric(url, 'transduce_batch_sentences_count{model="en-de"}')
+    assert searched / steps > 1  # sentences of several requests searched together
 
 
 def test_sigterm_finishes_the_accepted_requests_then_exits_0(server):

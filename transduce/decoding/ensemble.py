@@ -105,6 +105,10 @@ class EnsembleSteps:
         for member in self.members:
             member.split(k)
 
+    def join(self, src: Tensor) -> None:
+        for member in self.members:
+            member.join(src)
+
     def reorder_beams(self, rows: Tensor) -> None:
         for member in self.members:
             member.reorder_beams(rows)

@@ -41,6 +41,10 @@ class Steps(Protocol):
     def reorder_beams(self, rows: Tensor) -> None:
         """Keep rows `rows`, each among the rows of its own source."""
 
+    def join(self, src: Tensor) -> None:
+        """Sources src (n, S) join at the next step, after the others, `group` rows each, from
+        <bos> (continuous batching; a compiled step's static cache refuses: ValueError)."""
+
 
 class Searchable(Protocol):
     config: ModelConfig

@@ -150,7 +150,7 @@ class Translator:
             raise UserError(f"nbest={nbest}: between 1 and the beam size ({decode.beam_size}); "
                             "sampling draws 1")
         sentences = list(sentences)
-        sources = [self._encode_source(s, i) for i, s in enumerate(sentences)]
+        sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
         forced = ([self.tokenizers.tgt.encode(p) if p else [] for p in prefixes]
                   if prefixes else None)
         if forced is not None and len(forced) != len(sentences):
@@ -161,7 +161,7 @@ class Translator:
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         def done(i: int, hyps: list[Hypothesis]) -> None:
-            results[i] = self._result(sentences[i], sources[i], hyps, attention)
+            results[i] = self.result(sentences[i], sources[i], hyps, attention)
             if on_translation is not None:
                 on_translation(i, results[i])
 
@@ -189,7 +189,9 @@ class Translator:
         with a warning: cut it first, as `transduce.documents.layout.Splitter` does)."""
         return len(self.tokenizers.src.encode(sentence)) <= self.model.config.max_positions - 1
 
-    def _encode_source(self, sentence: str, index: int) -> list[int]:
+    def encode_source(self, sentence: str, index: int = 0) -> list[int]:
+        """A sentence's source token ids, <eos> included (truncated to the model's length, with a
+        warning naming line `index` + 1)."""
         ids = self.tokenizers.src.encode(sentence)
         limit = self.model.config.max_positions - 1  # room for <eos>
         if len(ids) > limit:
@@ -216,8 +218,10 @@ class Translator:
         pad = self.model.config.pad_id
         return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
 
-    def _result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
-                attention: bool) -> Translation:
+    def result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
+               attention: bool = False) -> Translation:
+        """The Translation of `sentence` (source ids `source`) from its search's hypotheses,
+        best first; with `attention`, the best's cross-attention (teacher-forced)."""
         decode = self.tokenizers.tgt.decode
         result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps],
                              length=len(hyps[0].tokens) if hyps else 0)

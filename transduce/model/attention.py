@@ -113,12 +113,15 @@ class MultiHeadAttention(nn.Module):
         else:
             d = x.shape[-1]
             (q,) = self._heads(self.in_proj(x, slice(0, d)), 1)
-            if cache is not None and len(cache):
+            held = cache.keys.shape[0] if cache is not None and len(cache) else 0
+            new = memory.shape[0] - held if cache is not None else 0
+            if cache is not None and not new:
                 k, v = cache.keys, cache.values
-            else:
-                k, v = self._heads(self.in_proj(memory, slice(d, None)), 2)
+            else:  # the sources not held yet: all, or (continuous batching) those that joined
+                k, v = self._heads(self.in_proj(memory[memory.shape[0] - new:] if cache
+                                                is not None else memory, slice(d, None)), 2)
                 if cache is not None:
-                    cache.append(k, v)
+                    k, v = cache.append(k, v)
         # 2) attend, each head on its own. With fewer memory rows than query rows (the beams of
         # a source share its keys and values), a source's rows attend together
         groups = q.shape[0] // k.shape[0]

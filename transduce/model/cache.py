@@ -29,11 +29,57 @@ class KVCache:
         self._spare: tuple[Tensor, Tensor] | None = None  # the other buffer, same capacity
         self.rows = 0
         self.length = 0
+        # the first position of each row, (B,), once rows have joined later (`join`); None:
+        # every row starts at 0
+        self.starts: Tensor | None = None
 
     def __len__(self) -> int:
         return self.length
 
-    mask = None  # every position held may be attended to (see StaticKVCache.mask)
+    @property
+    def mask(self) -> Tensor | None:
+        """None while every row starts at 0 (every position held may be attended to, see
+        StaticKVCache.mask); else (B, 1, 1, length): the positions of each row's own."""
+        if self.starts is None:
+            return None
+        return (torch.arange(self.length, device=self.starts.device)
+                >= self.starts[:, None])[:, None, None, :]
+
+    def join(self, rows: int, device=None) -> None:
+        """Add `rows` rows that begin at the next position (continuous batching): the positions
+        before are theirs to ignore (`mask`), zeros. Their starts are the current length."""
+        device = device if self._k is None else self._k.device
+        old = (torch.zeros(self.rows, dtype=torch.long, device=device) if self.starts is None
+               else self.starts)
+        self.starts = torch.cat([old, torch.full((rows,), self.length, dtype=torch.long,
+                                                 device=device)])
+        if self._k is None:  # no step yet: the first append brings every row
+            return
+        if len(self._k) < self.rows + rows:  # room for more rows than now, as storage grows
+            grown = [b.new_empty(2 * (self.rows + rows), *b.shape[1:]) for b in (self._k, self._v)]
+            for new, held in zip(grown, (self.keys, self.values), strict=True):
+                new[: self.rows, :, : self.length] = held
+            self._k, self._v = grown
+            self._spare = None
+        for buffer in (self._k, self._v):  # masked, but finite: 0 x NaN would be NaN
+            buffer[self.rows: self.rows + rows, :, : self.length] = 0
+        self.rows += rows
+
+    def trim(self) -> int:
+        """Drop the positions no row attends to any more (before every row's start), when they
+        are at least half the length: continuous batching would otherwise grow the cache for as
+        long as the server is busy. Returns the positions dropped."""
+        if self.starts is None or self._k is None or not self.rows:
+            return 0
+        first = int(self.starts.min())
+        if 4 * first < self.length:
+            return 0
+        for buffer in (self._k, self._v):
+            buffer[: self.rows, :, : self.length - first] = \
+                buffer[: self.rows, :, first: self.length].clone()
+        self.length -= first
+        self.starts = self.starts - first
+        return first
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, t, Dh) keys and values; return all of them, (B, H, length + t, Dh)."""
@@ -64,6 +110,8 @@ class KVCache:
     def select(self, index: Tensor) -> None:
         """Keep batch rows `index` (1-D, may repeat): reorders beams and drops finished rows."""
         if self._k is None:
+            if self.starts is not None:
+                self.starts = self.starts[index]
             return
         rows = len(index)
         if self._spare is None or len(self._spare[0]) < rows:
@@ -75,6 +123,8 @@ class KVCache:
         torch.index_select(self.values, 0, index, out=v[:rows, :, : self.length])
         self._spare = self._k, self._v
         self._k, self._v, self.rows = k, v, rows
+        if self.starts is not None:
+            self.starts = self.starts[index]
 
     def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
         """Copy rows `src` into rows `dst` (1-D, the same length), all read before any is
@@ -84,6 +134,9 @@ class KVCache:
             return
         for buffer in (self._k, self._v):
             copy_rows(buffer[: self.rows, :, : self.length], src, dst)
+        if self.starts is not None:
+            copy_rows(self.starts, src, dst)
+            self.starts = self.starts[: self.rows if rows is None else rows]
         self.rows = self.rows if rows is None else rows
 
     def _grow(self, like: Tensor, capacity: int) -> None:
@@ -104,6 +157,7 @@ class SourceKVCache:
     def __init__(self) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
+        self._room: tuple[Tensor, Tensor] | None = None  # storage sources join (continuous)
 
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[2]
@@ -111,9 +165,29 @@ class SourceKVCache:
     mask = None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Hold the keys and values of the whole source (once)."""
-        self.keys, self.values = k, v
-        return k, v
+        """Hold the keys and values of whole sources (B, H, S, Dh): once, or (continuous
+        batching) those of sources that joined, after the ones held, the shorter padded."""
+        if self.keys is None:
+            self.keys, self.values = k, v
+            return k, v
+        held, new = self.keys.shape[0], k.shape[0]
+        length = max(k.shape[2], self.keys.shape[2])
+        room = self._room
+        if room is None or len(room[0]) < held + new or room[0].shape[2] < length:
+            # storage with room for as many sources again, so that joining is not a copy of
+            # every source's keys and values each time
+            room = tuple(x.new_zeros(2 * (held + new), x.shape[1], length, x.shape[3])
+                         for x in (self.keys, self.values))
+            for buffer, x in zip(room, (self.keys, self.values), strict=True):
+                buffer[:held, :, : x.shape[2]] = x
+            self._room = room
+        for buffer, x, old in zip(room, (k, v), (self.keys, self.values), strict=True):
+            buffer[held: held + new, :, : x.shape[2]] = x
+            buffer[held: held + new, :, x.shape[2]: length] = 0
+            if old.shape[2] < length:  # the sources held, padded further (masked)
+                buffer[:held, :, old.shape[2]: length] = 0
+        self.keys, self.values = (b[: held + new, :, :length] for b in room)
+        return self.keys, self.values
 
     def select(self, index: Tensor) -> None:
         """Keep sources `index` (1-D): in place where few move (see `compacting_order`)."""
@@ -122,6 +196,7 @@ class SourceKVCache:
         moved = moved_rows(index) if len(index) <= len(self.keys) else None
         if moved is None:
             self.keys, self.values = self.keys[index], self.values[index]
+            self._room = None  # the keys are no longer its rows
             return
         for buffer in (self.keys, self.values):
             copy_rows(buffer, index[moved], moved)
@@ -205,8 +280,27 @@ class DecoderCache:
         """Target positions decoded so far (the position of the next token)."""
         return len(self.layers[0].self_attention) if self.layers else 0
 
+    @property
+    def offset(self) -> int | Tensor:
+        """The position of the next token: `length`, or once rows have joined later, each
+        row's own (B,)."""
+        starts = self.layers[0].self_attention.starts if self.layers else None
+        return self.length if starts is None else self.length - starts
+
     def advance(self, steps: int) -> None:
         """After the decoder has read `steps` more tokens: the layers' caches count their own."""
+
+    def join(self, rows: int, device=None) -> None:
+        """`rows` decoder rows join, after the others, at the next position (their sources'
+        cross-attention keys and values are made as the decoder first meets them)."""
+        for layer in self.layers:
+            layer.self_attention.max_length = None  # its length is no longer one search's
+            layer.self_attention.join(rows, device)
+
+    def trim(self) -> None:
+        """Drop the positions no row attends to (`KVCache.trim`)."""
+        for layer in self.layers:
+            layer.self_attention.trim()
 
     def limit(self, max_length: int) -> None:
         """No row will have more than `max_length` target positions: the self-attention caches
@@ -249,6 +343,10 @@ class StaticDecoderCache(DecoderCache):
     def length(self) -> Tensor:
         return self.position
 
+    @property
+    def offset(self) -> Tensor:
+        return self.position  # every row's: no row joins a static cache
+
     def advance(self, steps: int) -> None:
         self.position.add_(steps)
 
@@ -260,6 +358,13 @@ class StaticDecoderCache(DecoderCache):
     def select_rows(self, rows: Tensor) -> None:
         for layer in self.layers:
             layer.self_attention.select(rows)
+
+    def join(self, rows: int, device=None) -> None:
+        raise ValueError("a static cache is one search's: rows cannot join it (a compiled step "
+                         "does not batch continuously)")
+
+    def trim(self) -> None:
+        """Nothing to drop: no row joins a static cache."""
 
 
 def copy_rows(x: Tensor, src: Tensor, dst: Tensor) -> None:

@@ -48,9 +48,13 @@ class LearnedPositions(nn.Module):
 def _rows(table: Tensor, length: int, offset: int | Tensor) -> Tensor:
     """Rows offset .. offset+length-1 of a table of positions. A tensor offset (a static cache's
     position: transduce.model.cache) is read on the device, never as a number, so a compiled
-    step stays one graph; its searches keep within the table."""
+    step stays one graph; its searches keep within the table. A tensor of offsets (B,), one per
+    row (rows that joined a search later: `KVCache.join`), gives (B, length, D)."""
     if isinstance(offset, Tensor):
-        return table.index_select(0, offset + torch.arange(length, device=table.device))
+        steps = torch.arange(length, device=table.device)
+        if offset.dim() == 1:
+            return table[offset[:, None] + steps]
+        return table.index_select(0, offset + steps)
     if offset + length > table.shape[0]:
         raise ValueError(f"sequence of {offset + length} tokens exceeds model.max_positions="
                          f"{table.shape[0]}")

@@ -76,6 +76,25 @@ class DecoderSteps:
         return self.model.decode_next(self.inputs, self.memory, self.src_mask, cache=self.cache,
                                       out=out)
 
+    def join(self, src: Tensor) -> None:
+        """Sources src (n, S) join the batch at the next step, after the others, `group` rows
+        each, all starting from <bos> (continuous batching: the search decides what the rows
+        hold). Their encoder output is computed now; their cross-attention keys and values when
+        the decoder first meets them; their self-attention starts at the next position."""
+        if self.cache is None:
+            raise ValueError("joining a batch needs the cache")
+        mask = self.model.src_mask(src)
+        memory = self.model.encode(src, mask)
+        length = max(self.memory.shape[1], memory.shape[1])
+        self.memory = torch.cat([_pad_positions(self.memory, length),
+                                 _pad_positions(memory, length)])
+        self.src_mask = torch.cat([_pad_positions(self.src_mask, length, dim=-1),
+                                   _pad_positions(mask, length, dim=-1)])
+        rows = len(src) * self.group
+        self.cache.join(rows, device=src.device)
+        self.inputs = torch.cat([self.inputs, torch.full(
+            (rows, 1), self.model.config.bos_id, dtype=torch.long, device=src.device)])
+
     def limit(self, max_length: int) -> None:
         """No row's prefix will have more than `max_length` tokens (<bos> included), so the
         cache need not make room for more: with the search's limit known (a forced output of 16
@@ -89,6 +108,7 @@ class DecoderSteps:
         """Extend every row's prefix by one token: (rows,)."""
         if self.cache is not None:
             self.inputs = tokens[:, None]
+            self.cache.trim()  # rows that joined later: positions nobody reads any more
         else:
             self.inputs = torch.cat([self.inputs, tokens[:, None]], dim=1)
 
@@ -115,6 +135,16 @@ class DecoderSteps:
         self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
             self.cache.select_rows(rows)
+
+
+def _pad_positions(x: Tensor, length: int, dim: int = 1) -> Tensor:
+    """x padded with zeros (False for a mask) to `length` along `dim` (its source positions)."""
+    missing = length - x.shape[dim]
+    if not missing:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
 
 def _keep(rows: Tensor, index: Tensor, moved: Tensor | None) -> Tensor:

@@ -70,7 +70,7 @@ class Decoder(nn.Module):
         positions: earlier ones are read from the cache, which is updated (a static cache's
         position, a tensor, is where they go: transduce.model.cache).
         """
-        offset = cache.length if cache is not None else 0
+        offset = cache.offset if cache is not None else 0
         x = self.embedding(tgt, offset)
         weights = []
         for i, layer in enumerate(self.layers):

@@ -34,9 +34,11 @@ class Metrics:
         self.latency = Histogram("transduce_request_seconds", "Time to answer a request",
                                  ["endpoint"], buckets=_LATENCY, registry=r)
         self.batch_sentences = Histogram("transduce_batch_sentences", "Sentences per search "
-                                         "batch", ["model"], buckets=_BATCH, registry=r)
-        self.search_seconds = Histogram("transduce_batch_seconds", "Time to search one batch",
-                                        ["model"], buckets=_LATENCY, registry=r)
+                                         "batch (continuous batching: per search step)",
+                                         ["model"], buckets=_BATCH, registry=r)
+        self.search_seconds = Histogram("transduce_batch_seconds", "Time to search one batch "
+                                        "(continuous batching: one step)", ["model"],
+                                        buckets=_LATENCY, registry=r)
         self.sentences = Counter("transduce_sentences", "Sentences translated", ["model"],
                                  registry=r)
         self.target_tokens = Counter("transduce_target_tokens", "Target tokens produced "
@@ -53,8 +55,11 @@ class Metrics:
             self.errors.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
 
-    def batch(self, model: str, sentences: int, target_tokens: int, seconds: float) -> None:
-        self.batch_sentences.labels(model).observe(sentences)
+    def batch(self, model: str, sentences: int, target_tokens: int, seconds: float, *,
+              searched: int | None = None) -> None:
+        """A search (or a step of one) of `searched` sentences (default: `sentences`) in
+        `seconds`, which finished `sentences` of `target_tokens` in all."""
+        self.batch_sentences.labels(model).observe(sentences if searched is None else searched)
         self.search_seconds.labels(model).observe(seconds)
         self.sentences.labels(model).inc(sentences)
         self.target_tokens.labels(model).inc(target_tokens)

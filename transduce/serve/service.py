@@ -13,6 +13,7 @@ from starlette.requests import Request
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
 from transduce.serve.batcher import Batcher, Search
+from transduce.serve.continuous import ContinuousBatcher
 from transduce.serve.files import FileStore
 from transduce.serve.guard import RateLimiter
 from transduce.serve.metrics import Metrics
@@ -39,19 +40,27 @@ class Service:
         self.settings = settings
         self.models = {(m.source, m.target): m for m in models}
         self.metrics = Metrics()
-        self.batchers = {
-            pair: Batcher(m.translator, max_tokens=settings.max_batch_tokens,
-                          wait=settings.batch_wait_ms / 1000, batching=settings.batching,
-                          on_batch=self._counter(m))
-            for pair, m in self.models.items()}
+        self.batchers = {pair: self._batcher(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.files: FileStore | None = None  # made by start()
         self.api_keys = settings.keys()
 
-    def _counter(self, model: ServedModel):
+    def _batcher(self, model: ServedModel) -> Batcher | ContinuousBatcher:
+        """Continuous batching unless asked otherwise, or a compiled step's static cache, which
+        no sentence can join, is searched; else batches of the requests that came together."""
+        settings = self.settings
+        if settings.batching and settings.continuous_batching and not settings.compile:
+            return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
+                                     on_step=self._counter(model, continuous=True))
+        return Batcher(model.translator, max_tokens=settings.max_batch_tokens,
+                       wait=settings.batch_wait_ms / 1000, batching=settings.batching,
+                       on_batch=self._counter(model))
+
+    def _counter(self, model: ServedModel, continuous: bool = False):
         def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
             target_tokens = sum(t.length + 1 for t in results)  # <eos> included
-            self.metrics.batch(model.name, sentences, target_tokens, seconds)
+            self.metrics.batch(model.name, len(results) if continuous else sentences,
+                               target_tokens, seconds, searched=sentences)
         return on_batch
 
     def start(self) -> None:

@@ -25,8 +25,13 @@ class ServeSettings:
     max_alternatives: int = setting(3, "LibreTranslate's alternatives at most")
     max_batch_tokens: int = setting(4096,
         "source tokens searched together, from all waiting requests")
-    batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it")
+    batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it "
+                                        "(not with --continuous-batching)")
     batching: bool = setting(True, "false (--no-batching): one request at a time, as they come")
+    continuous_batching: bool = setting(False,
+        "sentences join the search between its steps and leave it when finished, instead of a "
+        "search taking the requests that came before it began: the same translations "
+        "(benchmarks/serve.md measures both; not with --compile)")
     api_keys: Path | None = setting(None,
         "a file of API keys, one per line: a request giving a key must give one of them, and "
         "is rate-limited by its key instead of its address", metavar="FILE")

@@ -1,0 +1,88 @@
+"""Continuous batching: sentences joining a beam search between its steps, and leaving it when
+finished, get what `beam_search` gives each alone, whatever they join and whenever."""
+
+import random
+
+import pytest
+import torch
+
+from transduce.decoding.beam import beam_search
+from transduce.decoding.config import DecodeConfig
+from transduce.decoding.continuous import ContinuousSearch
+from transduce.decoding.ensemble import Ensemble
+
+from .test_greedy import _model_that_stops
+
+EOS = 3
+
+
+def _sources(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randint(4, 49) for _ in range(rng.randint(1, 14))] + [EOS] for _ in range(n)]
+
+
+def _arriving(search: ContinuousSearch, sources, prefixes=None, seed: int = 0) -> dict:
+    """Sentences joining in small groups every few steps, until all are finished."""
+    rng = random.Random(seed)
+    queue, found, step = list(range(len(sources))), {}, 0
+    while queue or search.active:
+        if queue and step % rng.randint(1, 4) == 0:
+            group = queue[:rng.randint(1, 5)]
+            queue = queue[len(group):]
+            search.join([sources[i] for i in group], group,
+                        [prefixes[i] for i in group] if prefixes else None)
+        for owner, hypotheses in search.step():
+            assert owner not in found
+            found[owner] = hypotheses
+        step += 1
+    return found
+
+
+@pytest.mark.parametrize("decode, nbest", [
+    (DecodeConfig(beam_size=4, max_len_b=12), 1),
+    (DecodeConfig(beam_size=4, max_len_b=12, length_penalty=1.0), 3),
+    (DecodeConfig(beam_size=3, max_len_b=10, stopping="exact", min_len=3), 2),
+    (DecodeConfig(beam_size=3, max_len_a=0.5, max_len_b=3, length_normalization="power",
+                  renormalize=True), 1),
+    (DecodeConfig(beam_size=1, max_len_b=9), 1),
+])
+def test_joining_sentences_get_what_beam_search_gives_each_alone(decode, nbest):
+    model = _model_that_stops()
+    sources = _sources(20)
+    alone = [beam_search(model, torch.tensor([s]), decode, nbest=nbest)[0] for s in sources]
+    found = _arriving(ContinuousSearch(model, decode, nbest), sources)
+    assert [[h.tokens for h in found[i]] for i in range(len(sources))] == \
+        [[h.tokens for h in hyps] for hyps in alone]
+    assert [h.score for i in range(len(sources)) for h in found[i]] == pytest.approx(
+        [h.score for hyps in alone for h in hyps], abs=1e-5)
+    assert len({len(hyps[0].tokens) for hyps in alone}) > 1  # finished at different steps
+
+
+def test_forced_prefixes_and_an_ensemble_join_too():
+    first = _model_that_stops()
+    torch.manual_seed(1)
+    ensemble = Ensemble([first, _model_that_stops(n_decoder_layers=2, d_ff=40)])
+    sources = _sources(12, seed=1)
+    prefixes = [[5 + i % 7] * (i % 3) for i in range(len(sources))]
+    decode = DecodeConfig(beam_size=3, max_len_b=10)
+    for model in (first, ensemble):
+        alone = [beam_search(model, torch.tensor([s]), decode, prefixes=[p])[0]
+                 for s, p in zip(sources, prefixes, strict=True)]
+        found = _arriving(ContinuousSearch(model, decode), sources, prefixes, seed=2)
+        assert [found[i][0].tokens for i in range(len(sources))] == [h[0].tokens for h in alone]
+        assert all(found[i][0].tokens[:len(p)] == tuple(p) for i, p in enumerate(prefixes))
+
+
+def test_a_busy_search_keeps_its_cache_short():
+    """Sentences joining every step for long: the self-attention cache drops the positions no
+    sentence reads any more, so it stays within a few sentences' lengths."""
+    model = _model_that_stops()
+    decode = DecodeConfig(beam_size=2, max_len_a=0, max_len_b=8)
+    search = ContinuousSearch(model, decode)
+    sources, lengths, finished = _sources(150, seed=3), [], 0
+    for i, source in enumerate(sources):
+        search.join([source], [i])
+        finished += len(search.step())
+        lengths.append(search.steps.cache.length)
+    assert max(lengths[50:]) <= 2 * (decode.max_len_b + 2)  # not the 150 steps it has run
+    assert finished > 100

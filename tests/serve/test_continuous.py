@@ -1,0 +1,103 @@
+"""The continuous batcher: requests' sentences join the searches between steps; each gets what
+it gets alone, and a request arriving during a search is answered without waiting for it."""
+
+import asyncio
+
+import pytest
+
+from transduce.serve.continuous import ContinuousBatcher
+
+from .conftest import SENTENCES
+from .test_batcher import _search
+
+
+def test_concurrent_requests_join_and_each_gets_what_it_gets_alone(translator):
+    steps = []
+    batcher = ContinuousBatcher(translator, on_step=lambda n, *_: steps.append(n))
+    beam, greedy = _search(translator, 3), _search(translator, 1)
+    requests = [([s], beam if i % 3 else greedy) for i, s in enumerate(SENTENCES * 4)]
+    requests += [(SENTENCES[:3], _search(translator, 3, nbest=2)), (["", " seven "], beam)]
+
+    async def main():
+        batcher.start()
+        try:
+            waves = []
+            for i in range(0, len(requests), 5):  # in waves, into searches under way
+                waves += [asyncio.ensure_future(batcher.translate(s, search))
+                          for s, search in requests[i:i + 5]]
+                await asyncio.sleep(0.002)
+            return await asyncio.gather(*waves)
+        finally:
+            await batcher.stop()
+    results = asyncio.run(main())
+    assert max(steps) > 1  # sentences of several requests searched together
+    for (sentences, search), got in zip(requests, results, strict=True):
+        alone = translator.translate_detailed(sentences, beam_size=search.decode.beam_size,
+                                              nbest=search.nbest)
+        assert [[text for text, _ in t.nbest] for t in got] == [
+            [text for text, _ in t.nbest] for t in alone]
+        scores = [score for t in got for _, score in t.nbest]
+        assert scores == pytest.approx([score for t in alone for _, score in t.nbest], rel=1e-5)
+
+
+def test_a_request_arriving_during_a_search_does_not_wait_for_it(translator):
+    steps, answered = [], []
+    batcher = ContinuousBatcher(translator, on_step=lambda n, *_: steps.append(n))
+    long = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
+    search = _search(translator, 3)
+
+    async def main():
+        batcher.start()
+
+        async def ask(name, sentences):
+            result = await batcher.translate(sentences, search)
+            answered.append(name)
+            return result
+        first = asyncio.ensure_future(ask("long", long))
+        while not steps:  # the long request's search has begun
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(ask("short", ["seven"]))
+        results = await asyncio.gather(first, second)
+        await batcher.stop()
+        return results
+    long_result, short_result = asyncio.run(main())
+    assert answered == ["short", "long"]
+    assert max(steps) == 7  # the short one joined the long one's search
+    assert short_result[0].text == translator.translate(["seven"], beam_size=3)[0]
+    assert [t.text for t in long_result] == translator.translate(long, beam_size=3)
+
+
+def test_a_token_budget_holds_sentences_back_until_others_leave(translator):
+    seen = []
+    batcher = ContinuousBatcher(translator, max_tokens=20,
+                                on_step=lambda n, tokens, *_: seen.append((n, tokens)))
+
+    async def main():
+        batcher.start()
+        results = await asyncio.gather(*(batcher.translate([s], _search(translator, 1))
+                                          for s in SENTENCES))
+        await batcher.stop()
+        return results
+    results = asyncio.run(main())
+    assert all(tokens <= 20 or n == 1 for n, tokens in seen) and max(n for n, _ in seen) > 1
+    assert [r[0].text for r in results] == translator.translate(SENTENCES, beam_size=1)
+
+
+def test_a_cancelled_request_does_not_join(translator):
+    steps = []
+    batcher = ContinuousBatcher(translator, max_tokens=8, on_step=lambda n, *_: steps.append(n))
+    long = ["three hundred and seventy-seven thousand and seventy-seven"]
+
+    async def main():
+        batcher.start()
+        first = asyncio.ensure_future(batcher.translate(long, _search(translator, 1)))
+        while not steps:  # the budget is full: what comes now waits
+            await asyncio.sleep(0.001)
+        gone = asyncio.ensure_future(batcher.translate(["seven"], _search(translator, 1)))
+        await asyncio.sleep(0.001)
+        gone.cancel()
+        result = await first
+        await batcher.stop()
+        return result
+    asyncio.run(main())
+    assert max(steps) == 1  # "seven" never joined

@@ -1,0 +1,199 @@
+"""Beam search over a batch that sentences join and leave between steps (continuous batching,
+for a server: a sentence that arrives during a search starts at the next step instead of
+waiting for the whole search to end).
+
+The search is `beam_search`'s (transduce.decoding.beam), sentence by sentence: each sentence
+counts its own steps for its length limit, minimum length, forced prefix and length penalty. A
+sentence joins with its k beams at once, all but the first dead (log-probability -inf), so its
+first step extends one beam as `beam_search`'s does; the model's steps (`DecoderSteps.join`)
+encode it when it joins and start its self-attention at the batch's next position. So each
+sentence gets what `beam_search` gives it alone, whenever it joins and whatever it joins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transduce.decoding.beam import (
+    Hypothesis,
+    _add,
+    _best_extensions,
+    _in_parents_rows,
+    length_penalty,
+)
+from transduce.decoding.config import DecodeConfig
+from transduce.decoding.searchable import Searchable
+from transduce.decoding.steps import compacting_order, max_output_lengths
+
+
+@dataclass
+class _Sentence:
+    owner: Hashable  # whose sentence: told with its hypotheses
+    limit: int  # output tokens before <eos> at most
+    forced: list[int]  # its first tokens, forced
+    finished: list[Hypothesis] = field(default_factory=list)  # a min-heap of the n-best
+
+
+class ContinuousSearch:
+    """`join(sources)` between steps, `step()` until `active` is 0: each step returns the
+    sentences finished in it, as (owner, n-best hypotheses best first)."""
+
+    def __init__(self, model: Searchable, decode: DecodeConfig, nbest: int = 1) -> None:
+        if not 1 <= nbest <= decode.beam_size:
+            raise ValueError(f"nbest must be between 1 and the beam size {decode.beam_size}")
+        self.model, self.decode, self.nbest = model, decode, nbest
+        self.k = decode.beam_size
+        self.steps = None  # the model's, made by the first join
+        self.sentences: list[_Sentence] = []  # in batch order
+        self.source_tokens: list[int] = []  # each sentence's, <eos> included
+        self._own: Tensor | None = None  # (n,) steps each sentence has taken
+        self._scores: Tensor | None = None  # (n, k) log p of each beam's prefix
+        self._tokens: Tensor | None = None  # (n * k, t) prefixes, the latest t tokens
+        self._limits: Tensor | None = None  # (n,) each sentence's length limit
+        self._forcing = False  # whether any sentence has a forced prefix
+
+    @property
+    def active(self) -> int:
+        return len(self.sentences)
+
+    @property
+    def tokens(self) -> int:
+        """The source tokens of the sentences being searched."""
+        return sum(self.source_tokens)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def join(self, sources: list[list[int]], owners: list[Hashable],
+             prefixes: list[list[int]] | None = None) -> None:
+        """Sentences (token ids, <eos> included) that start at the next step."""
+        config, device, k = self.model.config, self.device, self.k
+        width = max(map(len, sources))
+        src = torch.tensor([s + [config.pad_id] * (width - len(s)) for s in sources],
+                           device=device)
+        limits = max_output_lengths(torch.tensor([len(s) for s in sources]), self.decode,
+                                    config.max_positions).tolist()
+        prefixes = prefixes or [[] for _ in sources]
+        joining = [_Sentence(owner, max(limit, len(forced)), forced)
+                   for owner, limit, forced in zip(owners, limits, prefixes, strict=True)]
+        self.sentences += joining
+        self._forcing |= any(s.forced for s in joining)
+        limits = torch.tensor([s.limit for s in joining], device=device)
+        self.source_tokens += [len(s) for s in sources]
+        scores = torch.full((len(sources), k), float("-inf"), device=device)
+        scores[:, 0] = 0.0  # one live beam: the first step extends it alone
+        own = torch.zeros(len(sources), dtype=torch.long, device=device)
+        if self.steps is None:
+            self.steps = self.model.steps(src)
+            self.steps.split(k)
+            self._own, self._scores, self._limits = own, scores, limits
+            self._tokens = torch.zeros(len(sources) * k, 0, dtype=torch.long, device=device)
+            return
+        self.steps.join(src)
+        self._own = torch.cat([self._own, own])
+        self._limits = torch.cat([self._limits, limits])
+        self._scores = torch.cat([self._scores, scores])
+        self._tokens = torch.cat([self._tokens, self._tokens.new_zeros(
+            len(sources) * k, self._tokens.shape[1])])
+
+    @torch.no_grad()
+    def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
+        """One step of every sentence; those finished leave the batch and are returned."""
+        if not self.sentences:
+            return []
+        decode, k = self.decode, self.k
+        eos = self.model.config.eos_id
+        n, own = len(self.sentences), self._own
+        log_probs = self.steps.log_probs().view(n, k, -1)  # (n, k, V)
+        vocab = log_probs.shape[-1]
+        early = own < decode.min_len
+        if early.any():
+            log_probs[early, :, eos] = float("-inf")
+        limits = self._limits
+        at_limit = own >= limits  # only <eos> may follow
+        if at_limit.any():
+            log_probs[at_limit] = log_probs[at_limit].masked_fill(
+                torch.arange(vocab, device=own.device) != eos, float("-inf"))
+        steps_taken = own.tolist()
+        forced = [(i, s.forced[steps_taken[i]]) for i, s in enumerate(self.sentences)
+                  if steps_taken[i] < len(s.forced)] if self._forcing else []
+        if forced:  # only the forced token may follow
+            rows = torch.tensor([i for i, _ in forced], device=own.device)
+            keep = F.one_hot(torch.tensor([t for _, t in forced], device=own.device),
+                             vocab).bool()[:, None, :]
+            log_probs[rows] = log_probs[rows].masked_fill(~keep, float("-inf"))
+        if decode.renormalize:
+            log_probs = torch.log_softmax(log_probs, dim=-1)
+        top_scores, beam, token = _best_extensions(self._scores, log_probs, 2 * k)
+        is_eos = token.eq(eos) & top_scores.isfinite()
+
+        hits = is_eos[:, :k].nonzero().tolist()
+        if hits:
+            prefix = self._tokens.view(n, k, -1)
+            for row, rank in hits:
+                length = steps_taken[row]
+                tokens = prefix[row, beam[row, rank]]
+                _add(self.sentences[row].finished, self.nbest, Hypothesis(
+                    float(top_scores[row, rank]) / length_penalty(
+                        length + 1, decode.length_penalty, decode.length_normalization),
+                    float(top_scores[row, rank]),
+                    tuple(tokens[tokens.shape[0] - length:].tolist())))
+
+        order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
+        # as beam_search: beams stay in their parents' rows where they can, from the second step
+        moved = order.gather(1, _in_parents_rows(beam.gather(1, order)))
+        order = torch.where((own > 0)[:, None], moved, order)
+        self._scores = top_scores.gather(1, order)
+        beam, token = beam.gather(1, order), token.gather(1, order)
+        rows = (torch.arange(n, device=own.device)[:, None] * k + beam).view(-1)
+        longest = int(own.max()) + 1
+        self._tokens = torch.cat([self._tokens.index_select(0, rows), token.view(-1, 1)],
+                                 dim=1)[:, -longest:]
+        self.steps.reorder_beams(rows)
+        self.steps.append(token.view(-1))
+
+        done = self._done(steps_taken)
+        self._own = own + 1
+        if not done.any():
+            return []
+        found = [(self.sentences[i].owner,
+                  sorted(self.sentences[i].finished, reverse=True)[: self.nbest])
+                 for i in done.nonzero().squeeze(1).tolist()]
+        if done.all():
+            self.__init__(self.model, self.decode, self.nbest)  # empty: the next join starts anew
+            return found
+        keep = compacting_order(done)
+        kept = keep.tolist()
+        self.sentences = [self.sentences[i] for i in kept]
+        self.source_tokens = [self.source_tokens[i] for i in kept]
+        self._own, self._scores = self._own[keep], self._scores[keep]
+        self._limits = self._limits[keep]
+        rows = (keep[:, None] * k + torch.arange(k, device=keep.device)).view(-1)
+        self._tokens = self._tokens.index_select(0, rows)
+        self.steps.select(keep)
+        return found
+
+    def _done(self, steps_taken: list[int]) -> Tensor:
+        """As beam_search's: sentences with their n-best finished that no live beam beats, at
+        the length it would have ending next (early) or at its longest (exact)."""
+        decode = self.decode
+        alpha, form = decode.length_penalty, decode.length_normalization
+        exact = decode.stopping == "exact" and alpha >= 0
+        done = torch.zeros(len(self.sentences), dtype=torch.bool)
+        best_live = self._scores.max(dim=1).values.tolist()
+        for row, sentence in enumerate(self.sentences):
+            heap = sentence.finished
+            if len(heap) < self.nbest:
+                continue
+            if best_live[row] == float("-inf"):
+                done[row] = True
+                continue
+            length = sentence.limit + 1 if exact else steps_taken[row] + 2
+            done[row] = best_live[row] / length_penalty(length, alpha, form) <= heap[0].score
+        return done.to(self._scores.device)
