@@ -181,6 +181,7 @@ def test_a_feature_we_do_not_carry_is_an_error_naming_its_field(opus, tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # two processes
 def test_the_command_imports_and_an_unreachable_hub_is_one_line(opus, tmp_path):
     directory = opus[0]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -199,14 +200,14 @@ def test_the_command_imports_and_an_unreachable_hub_is_one_line(opus, tmp_path):
     assert "Traceback" not in hub.stderr
 
 
-@pytest.mark.parametrize("fault, named", [
+@pytest.mark.parametrize("fault, named", [  # a process each: two in the quick loop, CI all
     ("no source.spm", "source.spm"),
-    ("no vocab.json", "vocab.json"),
-    ("no weights", "no weights"),
-    ("a BART config.json", "config.json"),
-    ("config.json not JSON", "config.json"),
+    pytest.param("no vocab.json", "vocab.json", marks=pytest.mark.slow),
+    pytest.param("no weights", "no weights", marks=pytest.mark.slow),
+    pytest.param("a BART config.json", "config.json", marks=pytest.mark.slow),
+    pytest.param("config.json not JSON", "config.json", marks=pytest.mark.slow),
     ("truncated weights", "model.safetensors"),
-    ("weights not a weight file", "model.safetensors"),
+    pytest.param("weights not a weight file", "model.safetensors", marks=pytest.mark.slow),
 ])
 def test_a_damaged_directory_is_one_line_naming_the_file(opus, tmp_path, fault, named):
     import shutil

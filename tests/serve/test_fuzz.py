@@ -7,6 +7,8 @@ from .test_server import server  # noqa: F401 - the fixture
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
 from hypothesis import HealthCheck, given, settings  # noqa: E402 - comes with schemathesis
 
+pytestmark = pytest.mark.slow  # a real server process
+
 EXAMPLES = 40  # per operation: a bounded run
 
 
