@@ -101,3 +101,34 @@ def test_a_cancelled_request_does_not_join(translator):
         return result
     asyncio.run(main())
     assert max(steps) == 1  # "seven" never joined
+
+
+@pytest.mark.parametrize("failing", ["step", "result"])
+def test_a_failing_search_answers_its_requests_with_the_error_and_goes_on(translator,
+                                                                          monkeypatch, failing):
+    """A bug in a step (all its requests get the error) or in one translation's result (its
+    request does): answered, and the batcher serves the next requests."""
+    from transduce.decoding.continuous import ContinuousSearch
+
+    owner = ContinuousSearch if failing == "step" else translator
+    original = getattr(owner, failing)
+    calls = []
+
+    def fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, failing, fails_once)
+    batcher = ContinuousBatcher(translator)
+
+    async def main():
+        batcher.start()
+        try:
+            with pytest.raises(RuntimeError, match="a bug"):
+                await batcher.translate(["seven"], _search(translator, 1))
+            return await batcher.translate(["twelve"], _search(translator, 1))
+        finally:
+            await batcher.stop()
+    [after] = asyncio.run(main())
+    assert after.text == translator.translate(["twelve"], beam_size=1)[0]

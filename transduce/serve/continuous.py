@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -24,6 +25,8 @@ from transduce.decoding.beam import Hypothesis
 from transduce.decoding.continuous import ContinuousSearch
 from transduce.decoding.translator import Translation, Translator
 from transduce.serve.batcher import Search
+
+log = logging.getLogger("transduce.serve")
 
 
 @dataclass
@@ -89,30 +92,43 @@ class ContinuousBatcher:
             stopping |= self._receive(waiting, block=not busy and not stopping)
             if stopping and not waiting and not any(s.active for s in searches.values()):
                 return
-            self._admit(waiting, searches, owners)
-            for search_of, search in list(searches.items()):
-                if not search.active:
-                    continue
-                start = time.perf_counter()
-                searched, tokens = search.active, search.tokens
-                try:
-                    finished = search.step()
-                except Exception as error:  # noqa: BLE001 - each of its requests answers with it
-                    self._fail(search, owners, error)
-                    del searches[search_of]
-                    continue
-                done = []
-                greedy = search_of.decode.beam_size == 1  # as the Translator's: no score
-                for sentence_id, hypotheses in finished:
-                    job, at, source = owners.pop(sentence_id)
-                    if greedy:
-                        hypotheses = [Hypothesis(0.0, 0.0, h.tokens) for h in hypotheses]
-                    translation = self.translator.result(job.sentences[at], source, hypotheses,
-                                                         search_of.attention)
-                    job.answer(at, translation)
-                    done.append(translation)
-                if self.on_step is not None:
-                    self.on_step(searched, tokens, time.perf_counter() - start, done)
+            try:
+                self._admit(waiting, searches, owners)
+                for search_of in list(searches):
+                    if searches[search_of].active:
+                        self._step(search_of, searches[search_of], owners)
+            except Exception as error:  # noqa: BLE001 - a bug: its requests answer with it,
+                log.exception("the search failed")  # and the thread goes on for the next
+                for job, _, _ in owners.values():
+                    _reject_soon(job, error)
+                for job, _ in waiting:
+                    _reject_soon(job, error)
+                searches.clear()
+                waiting.clear()
+                owners.clear()
+
+    def _step(self, search_of: Search, search: ContinuousSearch, owners: dict) -> None:
+        """One step of a search; its finished sentences answered."""
+        start = time.perf_counter()
+        searched, tokens = search.active, search.tokens
+        finished = search.step()
+        done = []
+        greedy = search_of.decode.beam_size == 1  # as the Translator's: no score
+        for sentence_id, hypotheses in finished:
+            job, at, source = owners.pop(sentence_id)
+            if greedy:
+                hypotheses = [Hypothesis(0.0, 0.0, h.tokens) for h in hypotheses]
+            try:
+                translation = self.translator.result(job.sentences[at], source, hypotheses,
+                                                     search_of.attention)
+            except Exception as error:  # noqa: BLE001 - a bug: this request answers with it
+                log.exception("a translation failed")
+                _reject_soon(job, error)
+                continue
+            job.answer(at, translation)
+            done.append(translation)
+        if self.on_step is not None:
+            self.on_step(searched, tokens, time.perf_counter() - start, done)
 
     def _receive(self, waiting: deque, block: bool) -> bool:
         """Queue the sentences of newly arrived jobs (waiting for one when `block`); returns
@@ -161,17 +177,14 @@ class ContinuousBatcher:
                                                        search_of.nbest)
             searches[search_of].join([s for _, s in sentences], [i for i, _ in sentences])
 
-    @staticmethod
-    def _fail(search: ContinuousSearch, owners: dict, error: Exception) -> None:
-        for sentence in search.sentences:
-            job, _, _ = owners.pop(sentence.owner)
-            if not job.future.done():
-                job.loop.call_soon_threadsafe(_reject, job.future, error)
-
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:
     if not future.done():  # not cancelled meanwhile
         future.set_result(translations)
+
+
+def _reject_soon(job: _Job, error: Exception) -> None:
+    job.loop.call_soon_threadsafe(_reject, job.future, error)
 
 
 def _reject(future: asyncio.Future, error: Exception) -> None:
