@@ -263,6 +263,8 @@ def translate(args: argparse.Namespace) -> int:
               "a file)", file=sys.stderr)
     lines = read_input(args.input)
     if args.split_sentences:
+        from transduce.decoding.paragraphs import Paragraphs
+
         translator = Paragraphs(translator, _source_language(args))
     return _translate_lines(lines, translator, options, args, output)
 
@@ -271,50 +273,6 @@ def _source_language(args: argparse.Namespace) -> str:
     from transduce.runs.load import read_config
 
     return read_config(Path(args.model[0])).data.src_lang
-
-
-class Paragraphs:
-    """A Translator whose every sentence may be a paragraph: cut into sentences, each translated
-    on its own (in one batch with the others), put back with the paragraph's spacing."""
-
-    def __init__(self, translator: Translator, language: str) -> None:
-        from transduce.documents.layout import Splitter
-
-        self.translator = translator
-        self.splitter = Splitter(language, fits=translator.fits)
-
-    def translate_detailed(self, paragraphs: list[str], *, on_translation=None, **options):
-        from transduce.decoding.translator import Translation
-        from transduce.documents.layout import plain_text
-
-        pieces = [plain_text(p, self.splitter) for p in paragraphs]
-        owner = [n for n, p in enumerate(pieces) for _ in p.sentences]
-        found: list[list] = [[None] * len(p.sentences) for p in pieces]
-        first = [sum(len(p.sentences) for p in pieces[:n]) for n in range(len(pieces))]
-        missing = [len(p.sentences) for p in pieces]
-        results: list[Translation | None] = [None] * len(pieces)
-
-        def done(n: int) -> None:
-            text = pieces[n].join([t.text for t in found[n]])
-            score = sum(t.nbest[0][1] for t in found[n])
-            results[n] = Translation(paragraphs[n], [(text, score)],
-                                     length=sum(t.length for t in found[n]))
-            if on_translation is not None:
-                on_translation(n, results[n])
-
-        def sentence_done(i: int, translation: Translation) -> None:
-            n = owner[i]
-            found[n][i - first[n]] = translation
-            missing[n] -= 1
-            if not missing[n]:
-                done(n)
-
-        for n, p in enumerate(pieces):  # lines with nothing to translate
-            if not p.sentences:
-                done(n)
-        self.translator.translate_detailed([s for p in pieces for s in p.sentences.values()],
-                                           on_translation=sentence_done, **options)
-        return results
 
 
 def _translate_lines(lines: list[str], translator: Translator, options: dict,

@@ -165,8 +165,8 @@ class ContinuousSearch:
         found = [(self.sentences[i].owner,
                   sorted(self.sentences[i].finished, reverse=True)[: self.nbest])
                  for i in done.nonzero().squeeze(1).tolist()]
-        if done.all():
-            self.__init__(self.model, self.decode, self.nbest)  # empty: the next join starts anew
+        if done.all():  # empty: the next join starts a new batch
+            self.steps, self.sentences, self.source_tokens = None, [], []
             return found
         keep = compacting_order(done)
         kept = keep.tolist()

@@ -39,6 +39,7 @@ class DecoderSteps:
         config = model.config
         self._never = torch.tensor([config.pad_id, config.bos_id], device=src.device)
         self._logits: Tensor | None = None  # the buffer of `_decode`
+        self.joined = False  # whether sources have joined since the first step (`join`)
 
     def new_cache(self):
         """The cache the steps keep (a variant of these steps may keep another)."""
@@ -92,6 +93,7 @@ class DecoderSteps:
                                    _pad_positions(mask, length, dim=-1)])
         rows = len(src) * self.group
         self.cache.join(rows, device=src.device)
+        self.joined = True
         self.inputs = torch.cat([self.inputs, torch.full(
             (rows, 1), self.model.config.bos_id, dtype=torch.long, device=src.device)])
 
@@ -108,7 +110,8 @@ class DecoderSteps:
         """Extend every row's prefix by one token: (rows,)."""
         if self.cache is not None:
             self.inputs = tokens[:, None]
-            self.cache.trim()  # rows that joined later: positions nobody reads any more
+            if self.joined:  # positions no row that joined later reads any more
+                self.cache.trim()
         else:
             self.inputs = torch.cat([self.inputs, tokens[:, None]], dim=1)
 

@@ -175,15 +175,13 @@ async def _form(request: Request):
 async def _translate_upload(service: Service, request: Request, model: ServedModel,
                             upload) -> str:
     """The uploaded file translated in its format and stored: its name in service.files."""
-    suffix = Path(upload.filename).suffix.lower()
     with tempfile.TemporaryDirectory(prefix="transduce-upload-") as folder:
-        source = Path(folder) / f"source{suffix}"
+        source = Path(folder) / Path(upload.filename).name  # its errors name the user's file
         source.write_bytes(await upload.read())
         try:  # parsing and writing documents takes a while: off the event loop
             document = await asyncio.to_thread(read_document, source, _splitter(service, model))
         except UserError as error:
-            raise ApiError(400, f"Invalid request: {error}".replace(source.name,
-                                                                     upload.filename)) from None
+            raise ApiError(400, f"Invalid request: {error}") from None
         found = await service.translate(model, document.sentences, service.search(model),
                                         request)
         return await asyncio.to_thread(service.files.put, upload.filename, lambda path:
