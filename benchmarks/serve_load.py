@@ -118,6 +118,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per measurement")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="worker processes of the second batching server (default: the CPUs)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="--threads of every server (default 0: the server's own choice)")
     parser.add_argument("--servers", nargs="+", default=list(SERVERS),
                         choices=list(SERVERS), help="which servers (default: all)")
     args = parser.parse_args()
@@ -132,9 +134,11 @@ def main() -> None:
     servers = [(name if name == "one at a time" or not many else f"{name}, {args.workers} workers",
                 options + (workers if many else []))
                for name, options in SERVERS.items() if name in args.servers
-               for many in ((False,) if name == "one at a time" else (False, True))]
+               for many in ((False,) if name == "one at a time" or args.workers == 1
+                            else (False, True))]
     for name, options in servers:
-        process, url = start_server(args.model, ["--max-texts", "-1", *options])
+        process, url = start_server(args.model, ["--max-texts", "-1", "--threads",
+                                                 str(args.threads), *options])
         try:
             asyncio.run(load(url, sentences[:50], 4, 3.0, pair))  # warm-up
             for clients in args.clients:

@@ -120,5 +120,11 @@ def test_settings_reach_the_workers_whole(tmp_path):
                              rate_limit_storage="redis://127.0.0.1:6379", require_api_key=True,
                              metrics_auth_token="t")
     assert ServeSettings.from_json(settings.to_json()) == settings
-    assert settings.threads_per_worker() >= 1
-    assert ServeSettings().threads_per_worker() == 0  # one worker: PyTorch's default
+
+
+@pytest.mark.parametrize("cpus, workers, threads, expected", [
+    (8, 1, 0, 7),  # one worker: a CPU left to HTTP and the event loop
+    (2, 1, 0, 1), (1, 1, 0, 1), (8, 2, 0, 4), (2, 4, 0, 1), (8, 1, 3, 3), (8, 2, 8, 8)])
+def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
+    monkeypatch.setattr("os.cpu_count", lambda: cpus)
+    assert ServeSettings(workers=workers, threads=threads).threads_per_worker() == expected

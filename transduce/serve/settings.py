@@ -68,8 +68,8 @@ class ServeSettings:
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
         "more workers with fewer threads each keep more cores busy")
     threads: int = setting(0,
-        "CPU threads per worker (0: the CPUs shared among the workers; with one worker PyTorch's "
-        "default)")
+        "CPU threads per worker (0: the CPUs shared among the workers; with one worker all CPUs "
+        "but one, which is left to HTTP and the event loop)")
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
     compile: bool = setting(False, "search steps compiled: as `transduce translate --compile`")
@@ -149,11 +149,14 @@ class ServeSettings:
         return cls(**json.loads(text))
 
     def threads_per_worker(self) -> int:
-        """--threads; else with several workers the CPUs shared among them, else 0 (PyTorch's
-        default)."""
-        if self.threads or self.workers == 1:
+        """--threads; else with several workers the CPUs shared among them; with one, all CPUs
+        but one: the search's threads then never wait for a CPU that the event loop holds
+        (on 2 CPUs, one thread serves twice the requests of PyTorch's default two, at 1 client
+        and at 32: benchmarks/serve.md)."""
+        if self.threads:
             return self.threads
-        return max(1, (os.cpu_count() or 1) // self.workers)
+        cpus = os.cpu_count() or 1
+        return max(1, cpus - 1) if self.workers == 1 else max(1, cpus // self.workers)
 
 
 def read_api_keys(path: Path) -> frozenset[str]:
