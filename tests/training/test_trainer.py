@@ -278,7 +278,7 @@ def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
             self.loss, self.perplexity = loss, 1.0
             self.bleu = self.chrf = self.exact = None
 
-    monkeypatch.setattr(trainer, "validate", lambda: Result(next(losses)))
+    monkeypatch.setattr(trainer, "validate", lambda model=None: Result(next(losses)))
     trainer.train()
     assert trainer.progress.update == 8  # best at update 4, no better at 6 and 8: stop
     assert (ckpt.checkpoint_dir(tmp_path / "p") / "best").read_text().strip() == "update_0000004"

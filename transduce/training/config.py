@@ -9,6 +9,7 @@ from transduce.fields import setting
 
 SCHEDULES = ("noam", "inverse_sqrt", "cosine", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+PARALLEL = ("ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class TrainConfig:
         "where the device multiplies it natively, else fp32")
     device: str = setting("auto", "'auto' (GPU when present), 'cpu', 'cuda', 'cuda:1', ...")
     threads: int = setting(0, "CPU threads for PyTorch (0: its default)")
+    parallel: str = setting("ddp",
+        "with several processes: 'ddp' (DistributedDataParallel: the whole model in each) or "
+        "'fsdp' (FSDP2's fully_shard: each holds 1/N of the weights, gradients and optimiser "
+        "state, for models larger than one device)")
     validate_every: int = setting(1000, "updates between validations (0: only at the end)")
     bleu: bool = setting(True, "compute BLEU on the validation split (else loss only)")
     valid_beam_size: int = setting(1, "search for validation BLEU: 1 = greedy (fast), else beam")
@@ -58,6 +63,8 @@ class TrainConfig:
         if self.lr_schedule not in SCHEDULES:
             raise UserError(f"train.lr_schedule must be one of {SCHEDULES}, got "
                             f"{self.lr_schedule!r}")
+        if self.parallel not in PARALLEL:
+            raise UserError(f"train.parallel must be one of {PARALLEL}, got {self.parallel!r}")
         if self.precision not in PRECISIONS:
             raise UserError(f"train.precision must be one of {PRECISIONS}, got "
                             f"{self.precision!r}")

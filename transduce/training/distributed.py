@@ -1,10 +1,12 @@
 """Data-parallel training: one process per GPU (NCCL) or per share of the CPU cores (gloo).
 
-Each process holds the whole model and trains on its share of every update's batches; after the
-backward pass the gradients (and the loss) are summed over the processes, so every process takes
-the same optimiser step and the copies stay equal. An update of N processes with `accumulate` k
-is the update of one process with `accumulate` N*k: the same batches, the same loss normalised by
-their target tokens together (tests/training/test_distributed.py).
+Each process trains on its share of every update's batches, through PyTorch's engines
+(transduce.training.parallel: DistributedDataParallel, or FSDP2 with `train.parallel: fsdp`);
+the gradients (and the loss) are summed over the processes, so every process takes the same
+optimiser step. An update of N processes with `accumulate` k is the update of one process with
+`accumulate` N*k: the same batches, the same loss normalised by their target tokens together
+(tests/training/test_distributed.py). This module is the processes' place among each other:
+ranks, the process group, what they agree on, and `launch` for `transduce train --nproc`.
 
 On one CPU it does not pay: PyTorch already spreads a step over the cores, so one thread does
 its half of the forward and backward passes in about the time two threads do the whole, and
@@ -20,7 +22,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -83,23 +84,6 @@ class World:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
-
-    def sum_gradients(self, parameters: Iterable[torch.Tensor], loss: float) -> float:
-        """Sum the gradients of `parameters` and `loss` over the processes, in one message;
-        returns the summed loss. A parameter without a gradient counts as zeros."""
-        if self.size == 1:
-            return loss
-        parameters = list(parameters)
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-        flat = torch.cat([g.reshape(-1).float() for g in grads]
-                         + [torch.tensor([loss], device=grads[0].device)])
-        dist.all_reduce(flat)
-        offset = 0
-        for p, g in zip(parameters, grads, strict=True):
-            n = g.numel()
-            p.grad = flat[offset: offset + n].view_as(g).to(g.dtype)
-            offset += n
-        return float(flat[-1])
 
     def close(self) -> None:
         if self.size > 1 and dist.is_initialized():

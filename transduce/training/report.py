@@ -47,9 +47,10 @@ def start(model, config, model_config, processes: int, device) -> None:
              c.d_ff, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.src_vocab_size,
              c.tgt_vocab_size)
     if processes > 1:
-        log.info("data parallel: %d processes on %s, %d batches of %d tokens each per update",
-                 processes, device.type, processes * config.train.accumulate,
-                 config.data.max_tokens)
+        log.info("data parallel: %d processes on %s, %d batches of %d tokens each per update "
+                 "(%s)", processes, device.type, processes * config.train.accumulate,
+                 config.data.max_tokens, {"ddp": "DistributedDataParallel",
+                                          "fsdp": "FSDP, weights sharded"}[config.train.parallel])
 
 
 def report(progress: Progress, lr: float, bar, records: Records | NoRecords) -> None:

@@ -63,21 +63,22 @@ def rng_state() -> dict:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
-def state_dict(progress: Progress, optimizer, scaler, rngs: list[dict], config,
+def state_dict(progress: Progress, optimizer: dict, scaler, rngs: list[dict], config,
                model_config) -> dict:
-    """The training state of a checkpoint; `rngs` holds every process's random state."""
-    return {"progress": asdict(progress), "optimizer": optimizer.state_dict(),
+    """The training state of a checkpoint; `optimizer`: the optimiser's whole state (as one
+    process's `state_dict()`); `rngs`: every process's random state."""
+    return {"progress": asdict(progress), "optimizer": optimizer,
             "scaler": scaler.state_dict(), "rng": {**rngs[0], "processes": rngs[1:]},
             "config": config.to_dict(), "model_config": asdict(model_config)}
 
 
-def load_state_dict(state: dict, optimizer, scaler, *, rank: int, processes: int,
+def load_state_dict(state: dict, load_optimizer, scaler, *, rank: int, processes: int,
                     reset_optimizer: bool, reset_schedule: bool, path: Path) -> Progress:
     """Put a checkpoint's training state back (this process's random state among them); returns
-    its progress."""
+    its progress. `load_optimizer(saved)` puts the optimiser's saved state back."""
     progress = Progress(**state["progress"])
     if not reset_optimizer:
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
     rngs = [state["rng"], *state["rng"].get("processes", [])]
     if len(rngs) != processes:

@@ -30,7 +30,8 @@ from transduce.training.devices import autocast, precision
 from transduce.training.distributed import World
 from transduce.training.epochs import Epochs
 from transduce.training.interrupts import Abandon, Interrupts
-from transduce.training.loss import projected_label_smoothed_cross_entropy, r_drop_loss
+from transduce.training.objective import Objective
+from transduce.training.parallel import parallelize
 from transduce.training.records import NoRecords, Records
 from transduce.training.state import Progress
 from transduce.training.validate import Validation, validate
@@ -62,6 +63,10 @@ class Trainer:
         tok = data.tokenizers
         self.model_config = model_config(config, tok)
         self.model = Transformer(self.model_config).to(self.device)
+        self.parallel = parallelize(
+            Objective(self.model, label_smoothing=train.label_smoothing,
+                      rdrop_alpha=train.rdrop_alpha),
+            self.world.size, train.parallel, self.device)  # with FSDP: the model sharded
         optimizer_type = torch.optim.AdamW if train.weight_decay else torch.optim.Adam
         self.optimizer = optimizer_type(self.model.parameters(), lr=train.lr,
                                         betas=train.adam_betas, eps=train.adam_eps,
@@ -79,9 +84,10 @@ class Trainer:
     def load(self, path: Path, weights: dict, training: dict, *, reset_optimizer: bool = False,
              reset_schedule: bool = False) -> None:
         """Continue from the checkpoint at `path` (its weights and training state, read)."""
-        ckpt.load_weights(self.model, path / ckpt.WEIGHTS, weights)
+        self.parallel.load_weights(path / ckpt.WEIGHTS, weights)
         self.progress = state.load_state_dict(
-            training, self.optimizer, self.scaler, rank=self.world.rank,
+            training, lambda saved: self.parallel.load_optimizer_state(self.optimizer, saved),
+            self.scaler, rank=self.world.rank,
             processes=self.world.size, reset_optimizer=reset_optimizer,
             reset_schedule=reset_schedule, path=path)
         self._resumed = True
@@ -186,14 +192,13 @@ class Trainer:
         tokens = sum(b.n_tgt_tokens for b in batches)
         world = self.world
         total, _ = self.accumulate_gradients(batches[world.rank::world.size], tokens=tokens)
-        return world.sum_gradients(self.model.parameters(), total), tokens
+        return self.parallel.sum(total), tokens
 
     def step(self, total: float, tokens: int) -> float | None:
         """The optimiser step on the gradients; the loss per token, or None when skipped."""
         cfg, p = self.config.train, self.progress
         self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                              cfg.clip_norm or float("inf"))
+        norm = self.parallel.clip_grad_norm(cfg.clip_norm or float("inf"))
         if not (math.isfinite(total) and torch.isfinite(norm)):
             return self._skip(total, norm)
         p.update += 1
@@ -211,24 +216,13 @@ class Trainer:
         """Backpropagate the loss of `batches`, normalised by their target tokens together (or by
         `tokens`, those of the whole update); returns the summed loss and the tokens."""
         tokens = sum(b.n_tgt_tokens for b in batches) if tokens is None else tokens
-        cfg = self.config.train
         total = 0.0
-        for batch in batches:
+        for i, batch in enumerate(batches):
             batch = batch.to(self.device)
-            with autocast(self.precision, self.device):
-                if cfg.rdrop_alpha > 0:  # R-Drop: the batch twice; the loss per pass (halved)
-                    hidden = self.model.features(batch.src.repeat(2, 1), batch.tgt_in.repeat(2, 1))
-                    loss = r_drop_loss(hidden, self.model.output.weight, batch.tgt_out.repeat(2, 1),
-                                       epsilon=cfg.label_smoothing, alpha=cfg.rdrop_alpha,
-                                       ignore_index=self.model_config.pad_id,
-                                       bias=self.model.output.bias) / 2
-                else:
-                    hidden = self.model.features(batch.src, batch.tgt_in)
-                    loss = projected_label_smoothed_cross_entropy(
-                        hidden, self.model.output.weight, batch.tgt_out,
-                        epsilon=cfg.label_smoothing, ignore_index=self.model_config.pad_id,
-                        bias=self.model.output.bias)
-            self.scaler.scale(loss / tokens).backward()
+            with self.parallel.sync(last=i == len(batches) - 1):  # the processes' sum: once
+                with autocast(self.precision, self.device):
+                    loss = self.parallel.objective(batch.src, batch.tgt_in, batch.tgt_out)
+                self.scaler.scale(loss / tokens).backward()
             total += loss.item()
         return total, tokens
 
@@ -269,12 +263,13 @@ class Trainer:
 
     # -- validation, checkpoints, reporting -------------------------------------------------------
 
-    def validate(self) -> Validation | None:
+    def validate(self, model: torch.nn.Module | None = None) -> Validation | None:
+        """Validate `model` (the one trained, or its whole copy: `Parallel.whole_model`)."""
         if self.data.valid is None:
             return None
         cfg = self.config
         references = self.references() if cfg.train.bleu else None
-        return validate(self.model, self.data.valid, references, self.data.tokenizers,
+        return validate(model or self.model, self.data.valid, references, self.data.tokenizers,
                         max_tokens=cfg.data.max_tokens, label_smoothing=cfg.train.label_smoothing,
                         decode=replace(cfg.decode, beam_size=cfg.train.valid_beam_size),
                         device=self.device,
@@ -289,11 +284,12 @@ class Trainer:
         (minutes, on a large set) gives it up: the checkpoint is written unvalidated."""
         p, cfg = self.progress, self.config.train
         result, abandoned = None, False
+        model = self.parallel.whole_model()  # with FSDP every process takes part
         if self.world.main:
             try:
                 with self._interrupts.abandonable():
                     pause_point(phase, self._signalled)
-                    result = self.validate()
+                    result = self.validate(model)
             except Abandon:
                 abandoned = True
                 log.info("stopping: the validation of update %d given up", p.update)
@@ -303,7 +299,7 @@ class Trainer:
             best, record = p.validated(result, by_bleu=cfg.bleu)
             records.write(record, split="valid")
             report.validation(p, result, best)
-        self._save(best=best)
+        self._save(best=best, whole=(model,))
         return self.world.from_main(bool(cfg.patience) and p.bad_validations >= cfg.patience)
 
     def _stop_interrupted(self) -> bool:
@@ -327,14 +323,17 @@ class Trainer:
     def _signalled(self) -> bool:
         return self._interrupts.signal is not None
 
-    def _save(self, best: bool) -> None:
+    def _save(self, best: bool, whole: tuple[torch.nn.Module | None] | None = None) -> None:
         """Write a checkpoint (the main process; every process calls this, for its RNG state)."""
         rngs = self.world.gather(state.rng_state())
         pause_point("save", self._signalled)
+        # the whole model, unless gathered already (with FSDP every process takes part)
+        (model,) = whole if whole is not None else (self.parallel.whole_model(),)
+        optimizer = self.parallel.optimizer_state(self.optimizer)
         if self.world.main:
-            training = state.state_dict(self.progress, self.optimizer, self.scaler, rngs,
+            training = state.state_dict(self.progress, optimizer, self.scaler, rngs,
                                         self.config, self.model_config)
-            ckpt.save_checkpoint(self.run_dir, f"update_{self.progress.update:07d}", self.model,
+            ckpt.save_checkpoint(self.run_dir, f"update_{self.progress.update:07d}", model,
                                  training, best=best, keep=self.config.train.keep_checkpoints)
         self.world.barrier()
 
