@@ -33,6 +33,7 @@ COMMON = {
     "--help": None,  # argparse's own
     "--model": ([], None),  # every run gives it
     "--checkpoint": (["--checkpoint", "latest"], None),
+    "--tgt-lang": (["--tgt-lang", "de"], None),  # its own: a model of one target language
     "--device": (["--device", "cpu"], None),
     "--dtype": (["--dtype", "int8"], None),
     "--compile": (["--compile"], None),

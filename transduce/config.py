@@ -194,6 +194,10 @@ def _coerce(value, kind):
         if value is None and type(None) in args:
             return None
         return _coerce(value, next(a for a in args if a is not type(None)))
+    if typing.get_origin(kind) is tuple and args[1:] == (Ellipsis,):  # any length
+        if not isinstance(value, list | tuple):
+            raise TypeError
+        return tuple(value)  # the items are checked by the section (DataConfig.corpora)
     if typing.get_origin(kind) is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(args):
             raise TypeError
@@ -221,6 +225,8 @@ def _coerce(value, kind):
 
 def _describe(kind) -> str:
     args = typing.get_args(kind)
+    if typing.get_origin(kind) is tuple and args[1:] == (Ellipsis,):
+        return "a list"
     if typing.get_origin(kind) is tuple:
         return f"a list of {len(args)} numbers"
     if args:

@@ -50,6 +50,9 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
                         help="which of its checkpoints (of each model's): averaged, best, latest, "
                              "update_0007000, ... or a checkpoint's path (default: averaged, "
                              "else best)")
+    parser.add_argument("--tgt-lang", metavar="LANG",
+                        help="the language to translate into, for a model of several target "
+                             "languages (trained on data.corpora with language tokens)")
     add_decode_options(parser)
     add_device_options(parser)
 
@@ -224,7 +227,7 @@ def load_translator(args: argparse.Namespace) -> Translator:
                         "each run has (averaged, best, latest, update_0007000, ...), not a path")
     checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
     return Translator.load(dirs, device=args.device, dtype=args.dtype, checkpoint=checkpoints,
-                           compile=args.compile)
+                           compile=args.compile, tgt_lang=args.tgt_lang)
 
 
 def read_input(path: str | None) -> list[str]:

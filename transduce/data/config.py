@@ -12,6 +12,49 @@ DATASETS = ("multi30k", "numbers")  # known corpora (transduce.data.datasets rea
 
 
 @dataclass(frozen=True)
+class CorpusConfig:
+    """One training corpus of `data.corpora`."""
+
+    src: str | None = setting(None, "source file (plain or .gz), line-aligned with tgt")
+    tgt: str | None = setting(None, "... its target side")
+    tsv: str | None = setting(None, "or one source<TAB>target file")
+    weight: float = setting(1.0,
+        "how much of it an epoch takes, times its size: 2 = twice over, 0.5 = a different "
+        "half each epoch")
+    tag: str | None = setting(None,
+        "a token put before each of its sources, e.g. <BT> for back-translated text")
+    src_lang: str | None = setting(None, "its source language (default: data.src_lang)")
+    tgt_lang: str | None = setting(None, "its target language (default: data.tgt_lang)")
+
+    @classmethod
+    def parse(cls, value, index: int) -> CorpusConfig:
+        """A corpus from its YAML mapping; errors name `data.corpora[index].key`."""
+        where = f"data.corpora[{index}]"
+        if not isinstance(value, dict):
+            raise UserError(f"{where} must be a mapping of {', '.join(_CORPUS_KEYS)}, got "
+                            f"{value!r}")
+        for key, item in value.items():
+            if key not in _CORPUS_KEYS:
+                raise UserError(f"{where}: unknown key {key!r} (keys: {', '.join(_CORPUS_KEYS)})")
+            numeric = key == "weight"
+            if item is not None and not (isinstance(item, int | float) and not isinstance(
+                    item, bool) if numeric else isinstance(item, str)):
+                raise UserError(f"{where}.{key} must be {'a number' if numeric else 'a string'}"
+                                f", got {item!r}")
+        corpus = cls(**{k: float(v) if k == "weight" else v for k, v in value.items()})
+        if bool(corpus.src) != bool(corpus.tgt) or bool(corpus.tsv) == bool(corpus.src):
+            raise UserError(f"{where}: give src and tgt, or tsv")
+        if corpus.weight <= 0:
+            raise UserError(f"{where}.weight must be positive, got {corpus.weight}")
+        if corpus.tag is not None and (not corpus.tag.strip() or " " in corpus.tag):
+            raise UserError(f"{where}.tag must be one token without spaces, got {corpus.tag!r}")
+        return corpus
+
+
+_CORPUS_KEYS = tuple(f for f in CorpusConfig.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where the parallel text comes from and how it becomes batches of token ids."""
 
@@ -27,6 +70,18 @@ class DataConfig:
     valid_src: str | None = setting(None, "validation source file (none: no validation)")
     valid_tgt: str | None = setting(None, "... its target side")
     train_tsv: str | None = setting(None, "or one source<TAB>target file per split")
+    corpora: tuple[CorpusConfig, ...] | None = setting(None,
+        "or many training corpora, a list of {src, tgt | tsv, weight, tag, src_lang, "
+        "tgt_lang}, each prepared once into its own shard and sampled per epoch "
+        "(docs/data.md, \"Many corpora\")")
+    temperature: float = setting(1.0,
+        "data.corpora: an epoch takes from each corpus in proportion to (weight x size)^(1/T):"
+        " 1 = weight x size pairs each; above 1 nearer equal shares (5 is usual for many "
+        "languages)")
+    lang_tokens: bool | None = setting(None,
+        "a target-language token (<2de>) before every source, to choose the output language "
+        "of one model for many (translate --tgt-lang); null: when data.corpora name more than "
+        "one target language")
     valid_tsv: str | None = setting(None, "validation pairs as one source<TAB>target file")
     tokenizer: str = setting("bpe", "'bpe' or 'unigram' (SentencePiece), or 'word'")
     vocab_size: int = setting(8000, "subword vocabulary size (per side when not shared)")
@@ -51,14 +106,35 @@ class DataConfig:
     seed: int = setting(1, "the number-words corpus's draw")
 
     def __post_init__(self) -> None:
-        paths = (self.train_src, self.train_tgt, self.train_tsv)
+        if self.corpora is not None:
+            if not self.corpora:
+                raise UserError("data.corpora is empty: give one corpus at least, or null")
+            object.__setattr__(self, "corpora", tuple(
+                c if isinstance(c, CorpusConfig) else CorpusConfig.parse(c, i)
+                for i, c in enumerate(self.corpora)))
+            if any((self.train_src, self.train_tgt, self.train_tsv)):
+                raise UserError("data.corpora and data.train_src/train_tgt/train_tsv exclude "
+                                "each other")
+            if self.dataset is not None:
+                raise UserError("data: data.dataset and data.corpora exclude each other; set "
+                                "data.dataset=null to use your own files")
+            if self.bpe_dropout or self.bidirectional_epochs:
+                raise UserError("data.corpora does not combine with data.bpe_dropout or "
+                                "data.bidirectional_epochs yet")
+            if self.tokenizer == "word" and (self.tags or self.languages_tagged):
+                raise UserError("data.corpora: tags and language tokens need a SentencePiece "
+                                "tokenizer (data.tokenizer=bpe or unigram)")
+        if self.temperature <= 0:
+            raise UserError(f"data.temperature must be positive, got {self.temperature}")
+        paths = (self.train_src, self.train_tgt, self.train_tsv, self.corpora)
         if bool(self.train_src) != bool(self.train_tgt):
             raise UserError("data.train_src and data.train_tgt go together")
         if bool(self.valid_src) != bool(self.valid_tgt):
             raise UserError("data.valid_src and data.valid_tgt go together")
-        if self.dataset is None and not (self.train_tsv or (self.train_src and self.train_tgt)):
+        if self.dataset is None and not (self.train_tsv or (self.train_src and self.train_tgt)
+                                         or self.corpora):
             raise UserError("data: give data.dataset, or data.train_src and data.train_tgt, "
-                            "or data.train_tsv")
+                            "or data.train_tsv, or data.corpora")
         if self.dataset is not None and any(paths):
             raise UserError("data: data.dataset and training file paths exclude each other; "
                             "set data.dataset=null to use your own files")
@@ -83,5 +159,54 @@ class DataConfig:
         if self.bidirectional_epochs and not self.shared_vocab:
             raise UserError("data.bidirectional_epochs needs data.shared_vocab=true: a reversed "
                             "pair reads target ids as source ids")
+        if self.lang_tokens and not self.corpora:
+            raise UserError("data.lang_tokens needs data.corpora (each with its tgt_lang)")
         if self.max_length_ratio < 1:
             raise UserError(f"data.max_length_ratio must be >= 1, got {self.max_length_ratio}")
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """The target languages the training data goes into, in the order first named."""
+        if not self.corpora:
+            return (self.tgt_lang,)
+        return tuple(dict.fromkeys(c.tgt_lang or self.tgt_lang for c in self.corpora))
+
+    @property
+    def languages_tagged(self) -> bool:
+        """Whether each source starts with its target language's token (<2de>)."""
+        if self.lang_tokens is not None:
+            return self.lang_tokens
+        return len(self.target_languages) > 1
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The corpora's tags, once each."""
+        return tuple(dict.fromkeys(c.tag for c in self.corpora or () if c.tag))
+
+    def symbols(self) -> tuple[str, ...]:
+        """The tokens the tokenizer must keep whole: tags and language tokens (lowercase when
+        the text is: the tokenizer sees them as it sees the text)."""
+        languages = self.target_languages if self.languages_tagged else ()
+        symbols = (*self.tags, *(language_token(lang) for lang in languages))
+        return tuple(s.lower() for s in symbols) if self.lowercase else symbols
+
+    def language_prefix(self, tgt_lang: str | None) -> str:
+        """What goes before a source to translate it into `tgt_lang` ("" for a model of one
+        target language); a UserError when the model does not translate into it, or, being
+        multilingual, needs to be told."""
+        languages = self.target_languages
+        if tgt_lang is not None and tgt_lang not in languages:
+            raise UserError(f"--tgt-lang {tgt_lang}: this model translates into "
+                            f"{', '.join(languages)}")
+        if not self.languages_tagged:
+            return ""
+        if tgt_lang is None:
+            raise UserError(f"this model translates into {', '.join(languages)}: choose one "
+                            "with --tgt-lang")
+        token = language_token(tgt_lang)
+        return token.lower() if self.lowercase else token
+
+
+def language_token(language: str) -> str:
+    """The token before a source that asks for output in `language`: <2de>."""
+    return f"<2{language}>"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from transduce.data.binarize import PairFilter, TokenizedCorpus, binarize
 from transduce.data.config import DataConfig
+from transduce.data.corpora import Mixture, Prefixed, source_prefix
 from transduce.data.corpus import ParallelFiles, TsvFile
 from transduce.data.datasets import known_corpus
 from transduce.data.numbers import NumberWords
@@ -28,12 +29,39 @@ def corpus(config: DataConfig, split: str):
     if config.dataset is not None:
         return known_corpus(config.dataset, split, config.src_lang, config.tgt_lang,
                             data_dir=config.dir, cache_dir=config.cache_dir, seed=config.seed)
-    src, tgt, tsv = (getattr(config, f"{split}_{k}", None) for k in ("src", "tgt", "tsv"))
+    if split == "train" and config.corpora:
+        return Corpora([_files(c.src, c.tgt, c.tsv) for c in config.corpora],
+                       [source_prefix(c, config) for c in config.corpora])
+    return _files(*(getattr(config, f"{split}_{k}", None) for k in ("src", "tgt", "tsv")))
+
+
+def _files(src: str | None, tgt: str | None, tsv: str | None):
     if tsv:
         return TsvFile(Path(tsv))
     if src and tgt:
         return ParallelFiles(Path(src), Path(tgt))
     return None
+
+
+class Corpora:
+    """The corpora of `data.corpora`, each with its sources' prefix (tag, language token)."""
+
+    def __init__(self, corpora: list, prefixes: list[str]) -> None:
+        self.parts = [Prefixed(c, p) if p else c for c, p in zip(corpora, prefixes, strict=True)]
+
+    def pairs(self):
+        for part in self.parts:
+            yield from part.pairs()
+
+    @property
+    def files(self):
+        return tuple(f for part in self.parts for f in part.files)
+
+    def __repr__(self) -> str:
+        return f"Corpora({self.parts!r})"
+
+    def __str__(self) -> str:
+        return f"{len(self.parts)} corpora"
 
 
 FILES = [f"{split}_{side}" for split in ("train", "valid") for side in ("src", "tgt", "tsv")]
@@ -46,6 +74,11 @@ def check_files(config: DataConfig, flag=lambda key: f"data.{key}") -> None:
         path = getattr(config, key)
         if path and config.dataset is None and not Path(path).is_file():
             raise UserError(f"{flag(key)} {path}: no such file")
+    for i, corpus in enumerate(config.corpora or ()):
+        for key in ("src", "tgt", "tsv"):
+            path = getattr(corpus, key)
+            if path and not Path(path).is_file():
+                raise UserError(f"{flag(f'corpora[{i}].{key}')} {path}: no such file")
 
 
 @dataclass
@@ -56,6 +89,7 @@ class PreparedData:
     train_corpus: object  # the raw training text (BPE-dropout segments it anew each epoch)
     valid_corpus: object | None  # the raw validation text, for BLEU against references
     max_length: int  # tokens: training pairs with a longer side are skipped
+    mixture: Mixture | None = None  # data.corpora: the shards, and each epoch's pairs of them
 
     @functools.cached_property
     def valid_references(self) -> list[str]:
@@ -93,17 +127,28 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
         tokenizers = Tokenizers.train(
             train_corpus.pairs, kind=config.tokenizer, vocab_size=config.vocab_size,
             shared=config.shared_vocab, character_coverage=config.character_coverage,
-            min_freq=config.min_freq, lowercase=config.lowercase, name=str(train_corpus))
+            min_freq=config.min_freq, lowercase=config.lowercase, name=str(train_corpus),
+            symbols=config.symbols())
         tokenizers.save(directory)
     elif tokenizers.lowercase != config.lowercase:
         raise UserError(f"data.lowercase={str(config.lowercase).lower()}, but the given "
                         f"tokenizers {'do' if tokenizers.lowercase else 'do not'} lowercase")
     max_length = min(config.max_length, limit or config.max_length)
-    train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
-                     pair_filter=PairFilter(max_length=max_length,
-                                            max_length_ratio=config.max_length_ratio))
+    keep = PairFilter(max_length=max_length, max_length_ratio=config.max_length_ratio)
+    mixture = None
+    if isinstance(train_corpus, Corpora):  # a shard each
+        shards = [binarize(part, tokenizers, directory / "data" / f"train.{i}",
+                           name=f"train corpus {i} ({part})", pair_filter=keep)
+                  for i, part in enumerate(train_corpus.parts)]
+        mixture = Mixture(shards, [c.weight for c in config.corpora],
+                          temperature=config.temperature)
+        train = mixture.whole()
+    else:
+        train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
+                         pair_filter=keep)
     valid = None
     if valid_corpus is not None:  # every validation pair counts, however odd, if it fits
         valid = binarize(valid_corpus, tokenizers, directory / "data" / "valid", name="valid",
                          pair_filter=PairFilter(max_length=limit, max_length_ratio=None))
-    return PreparedData(tokenizers, train, valid, train_corpus, valid_corpus, max_length)
+    return PreparedData(tokenizers, train, valid, train_corpus, valid_corpus, max_length,
+                        mixture)

@@ -49,8 +49,10 @@ class SentencePieceTokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int, model_type: str = "bpe",
               character_coverage: float = 0.9995, max_sentences: int = 2_000_000,
-              seed: int = 1, lowercase: bool = False) -> SentencePieceTokenizer:
-        """Learn a vocabulary from `texts` (a sample of `max_sentences` when there are more)."""
+              seed: int = 1, lowercase: bool = False,
+              symbols: tuple[str, ...] = ()) -> SentencePieceTokenizer:
+        """Learn a vocabulary from `texts` (a sample of `max_sentences` when there are more);
+        `symbols` (tags, language tokens) are pieces of their own, never split."""
         if model_type not in ("bpe", "unigram"):
             raise DataError(f"data.tokenizer: SentencePiece model type must be 'bpe' or "
                             f"'unigram', got {model_type!r}")
@@ -66,7 +68,8 @@ class SentencePieceTokenizer:
                 unk_id=UNK, pad_id=PAD, bos_id=BOS, eos_id=EOS,
                 unk_piece=SPECIALS[UNK], pad_piece=SPECIALS[PAD], bos_piece=SPECIALS[BOS],
                 eos_piece=SPECIALS[EOS], input_sentence_size=max_sentences,
-                shuffle_input_sentence=True, num_threads=_THREADS, minloglevel=2)
+                shuffle_input_sentence=True, num_threads=_THREADS, minloglevel=2,
+                user_defined_symbols=list(symbols))
         except RuntimeError as error:
             if sentences.error is not None:  # ours, raised while SentencePiece read the text
                 raise sentences.error from None
@@ -297,7 +300,8 @@ class Tokenizers:
     def train(cls, pairs: Callable[[], Iterator[tuple[str, str]]], *, kind: str = "bpe",
               vocab_size: int = 8000, shared: bool = True, character_coverage: float = 0.9995,
               min_freq: int = 1, max_sentences: int = 2_000_000, seed: int = 1,
-              lowercase: bool = False, name: str = "the training text") -> Tokenizers:
+              lowercase: bool = False, name: str = "the training text",
+              symbols: tuple[str, ...] = ()) -> Tokenizers:
         """Learn tokenizers from training pairs; `pairs` gives a fresh iterator on each call.
 
         kind: "bpe" or "unigram" (SentencePiece) or "word". Shared: one vocabulary learnt from
@@ -305,6 +309,7 @@ class Tokenizers:
         lowercase: both sides lowercase all text, here and whenever they encode.
         A vocabulary larger than the text supports is lowered to the most it does, with a
         warning; errors in the text are raised as they are, naming their file and line.
+        symbols: tokens kept whole (SentencePiece's user-defined symbols: tags, <2de>).
         """
         def texts(side: int | None) -> Iterator[str]:
             for pair in pairs():
@@ -316,7 +321,7 @@ class Tokenizers:
                     return SentencePieceTokenizer.train(
                         texts(side), vocab_size=size, model_type=kind,
                         character_coverage=character_coverage, max_sentences=max_sentences,
-                        seed=seed, lowercase=lowercase)
+                        seed=seed, lowercase=lowercase, symbols=symbols)
                 sentences = _Sentences(texts(side), lowercase=False)
                 tokenizer = WordTokenizer.train(sentences, min_freq=min_freq, lowercase=lowercase)
                 if sentences.count == 0:

@@ -46,16 +46,21 @@ class Translator:
     """A model with its tokenizers and search settings."""
 
     def __init__(self, model: Searchable, tokenizers: Tokenizers,
-                 decode: DecodeConfig | None = None) -> None:
+                 decode: DecodeConfig | None = None, *, prefix: str = "") -> None:
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
+        self.prefix = prefix  # before every source: a multilingual model's <2de>
 
     @classmethod
     def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
              checkpoint: str | Path | Sequence[str | Path] | None = None,
-             dtype: str = "float32", compile: bool = False) -> Translator:
+             dtype: str = "float32", compile: bool = False,
+             tgt_lang: str | None = None) -> Translator:
         """The model of a run directory: its averaged checkpoint if any, else its best.
+
+        tgt_lang: the language to translate into, for a model of several (trained with
+        language tokens, `data.corpora`); a model of one may be given its own or nothing.
 
         Several run directories: an ensemble of their models, which must share one tokenizer;
         each next token's probability is the mean of theirs, and the decoding settings are the
@@ -108,7 +113,8 @@ class Translator:
                         device.type)
         model = model.to(device=device, dtype=torch.float32 if dtype == "int8" else
                          getattr(torch, dtype))
-        return cls(model, tokenizers, decode)
+        return cls(model, tokenizers, decode,
+                   prefix=runs[0].config.data.language_prefix(tgt_lang))
 
 
     def decode_config(self, **settings) -> DecodeConfig:
@@ -187,18 +193,22 @@ class Translator:
     def fits(self, sentence: str) -> bool:
         """Whether `sentence` is within the model's source length (a longer one is truncated,
         with a warning: cut it first, as `transduce.documents.layout.Splitter` does)."""
-        return len(self.tokenizers.src.encode(sentence)) <= self.model.config.max_positions - 1
+        return len(self._encode(sentence)) <= self.model.config.max_positions - 1
 
     def encode_source(self, sentence: str, index: int = 0) -> list[int]:
         """A sentence's source token ids, <eos> included (truncated to the model's length, with a
         warning naming line `index` + 1)."""
-        ids = self.tokenizers.src.encode(sentence)
+        ids = self._encode(sentence)
         limit = self.model.config.max_positions - 1  # room for <eos>
         if len(ids) > limit:
             log.warning("line %d: %d tokens, truncated to the model's %d", index + 1, len(ids),
                         limit)
             ids = ids[:limit]
         return [*ids, self.model.config.eos_id]
+
+    def _encode(self, sentence: str) -> list[int]:
+        return self.tokenizers.src.encode(f"{self.prefix} {sentence}" if self.prefix
+                                          else sentence)
 
     @staticmethod
     def _batches(todo: list[int], sources: list[list[int]], max_tokens: int) -> Iterator[list]:

@@ -19,6 +19,7 @@ log = logging.getLogger("transduce.train")
 class Epochs:
     def __init__(self, data: PreparedData, config: DataConfig, *, seed: int) -> None:
         self.train = data.train
+        self.mixture = data.mixture  # data.corpora: each epoch its own sample of them
         self.specials = data.tokenizers.specials
         self.max_tokens = config.max_tokens
         self.both_ways = config.bidirectional_epochs
@@ -35,6 +36,8 @@ class Epochs:
         """The training pairs as segmented for `epoch` and that epoch's batches (of indices)."""
         if self._cached[0] != epoch:
             pairs, batches = self.train, self.batches
+            if self.mixture is not None:
+                pairs = self.mixture.epoch(epoch, self.seed)
             if self.bpe_dropout is not None:
                 pairs = self.bpe_dropout.epoch(epoch)
             if epoch < self.both_ways:
