@@ -44,7 +44,7 @@ def _prepare(args: argparse.Namespace) -> None:
 
     fields = {f.name for f in dataclasses.fields(DataConfig)}
     values = {k: v for k, v in vars(args).items() if k in fields}
-    if values["dataset"] is None and not (args.train_src or args.train_tsv):
+    if values["dataset"] is None and not (args.train_src or args.train_tsv or args.corpora):
         values["dataset"] = DataConfig.dataset  # the embedded default
     config = DataConfig(**values)
     out = Path(args.out)

@@ -7,6 +7,8 @@ import argparse
 import dataclasses
 import typing
 
+import yaml
+
 from transduce.fields import help_of
 
 
@@ -37,11 +39,26 @@ def add_config_options(parser: argparse.ArgumentParser, config_type, *,
             continue
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
         convert = or_null(base) if type(None) in typing.get_args(kind) else base
+        metavar = field.metadata.get("metavar", base.__name__.upper())
+        if base is bool:  # optional: true, false or null
+            convert, metavar = yaml_value, "{true,false,null}"
+        elif base not in (int, float, str):  # a list (data.corpora): as in the YAML file
+            convert, metavar = yaml_value, "YAML"
         allowed = (choices or {}).get(field.name)
-        metavar = ("{" + ",".join("null" if c is None else c for c in allowed) + "}" if allowed
-                   else field.metadata.get("metavar", base.__name__.upper()))
+        if allowed:
+            metavar = "{" + ",".join("null" if c is None else c for c in allowed) + "}"
         parser.add_argument(*flags, dest=field.name, type=convert, default=default,
                             metavar=metavar, help=help_text.replace("%", "%%"), choices=allowed)
+
+
+def yaml_value(text: str):
+    """A value written as in a YAML file ([{tsv: a.tsv, weight: 2}], true, null); the
+    configuration checks it."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"not valid YAML: {text!r} "
+                                         f"({getattr(error, 'problem', None) or error})") from None
 
 
 def or_null(convert):

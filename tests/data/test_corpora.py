@@ -166,3 +166,26 @@ def test_a_missing_corpus_file_is_named(files, tmp_path):
                                                {"tsv": str(tmp_path / "gone.tsv")}])
     with pytest.raises(UserError, match=r"data.corpora\[1\].tsv .*gone.tsv: no such file"):
         prepare(config, tmp_path / "run")
+
+
+def test_prepare_takes_corpora_on_its_command_line(files, tmp_path, capsys):
+    from transduce.cli import main
+
+    corpora = (f"[{{src: {files['de'][0]}, tgt: {files['de'][1]}, weight: 2}}, "
+               f"{{src: {files['bt'][0]}, tgt: {files['bt'][1]}, tag: <BT>}}]")
+    assert main(["prepare", "--out", str(tmp_path / "p"), "--vocab-size", "300",
+                 "--max-length-ratio", "9", "--corpora", corpora, "--lang-tokens", "true",
+                 "--temperature", "2"]) == 0
+    assert "train: 450 pairs" in capsys.readouterr().out  # 400 + 50, each once
+    assert sorted(p.name for p in (tmp_path / "p" / "data").iterdir()) == ["train.0", "train.1"]
+    pieces = set()
+    from transduce.data.binarize import TokenizedCorpus
+    from transduce.data.tokenizer import Tokenizers
+
+    tok = Tokenizers.load(tmp_path / "p").src
+    pieces = tok.pieces(TokenizedCorpus(tmp_path / "p" / "data" / "train.1").src(0).tolist())
+    assert pieces.count("<BT>") == pieces.count("<2de>") == 1  # lang_tokens forced on
+    with pytest.raises(SystemExit):  # argparse's own error, one line
+        main(["prepare", "--out", str(tmp_path / "q"), "--corpora", "[{src: x"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --corpora: not valid YAML: '[{src: x' (expected ','" in err

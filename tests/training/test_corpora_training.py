@@ -88,3 +88,33 @@ def test_a_multilingual_model_translates_into_the_language_asked(multilingual, t
         capsys.readouterr().err
 
 
+
+
+def test_a_multilingual_run_serves_each_of_its_pairs(multilingual, tmp_path):
+    """One `--model RUN` serves en:de and en:fr, each as `translate --tgt-lang` translates."""
+    from fastapi.testclient import TestClient
+
+    from transduce.serve import ModelSpec, ServeSettings, create_app, load_models
+
+    models = load_models([ModelSpec.parse(str(multilingual))], device="cpu")
+    assert [m.name for m in models] == ["en-de", "en-fr"]
+    assert models[0].translator.model is models[1].translator.model  # loaded once
+    sentences = ["seven", "ninety-one", "twelve", "sixty"]
+    with TestClient(create_app(models, ServeSettings())) as client:
+        languages = client.get("/languages").json()
+        assert {t for lang in languages if lang["code"] == "en" for t in lang["targets"]} >= {
+            "de", "fr"}
+        for target in ("de", "fr"):
+            answer = client.post("/translate", json={"q": sentences, "source": "en",
+                                                     "target": target})
+            assert answer.status_code == 200, answer.text
+            (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+            assert main(["translate", "--model", str(multilingual), "--tgt-lang", target,
+                         "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]) == 0
+            assert answer.json()["translatedText"] == \
+                (tmp_path / "out.txt").read_text().splitlines()
+    from transduce.errors import UserError
+
+    with pytest.raises(UserError, match="the run translates into de, fr"):
+        ModelSpec.parse(f"en:cs={multilingual}").pairs()
+    assert ModelSpec.parse(f"en:fr={multilingual}").pairs() == [("en", "fr")]

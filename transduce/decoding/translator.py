@@ -12,6 +12,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from transduce import runtime
+from transduce.data.config import DataConfig
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
@@ -46,11 +47,13 @@ class Translator:
     """A model with its tokenizers and search settings."""
 
     def __init__(self, model: Searchable, tokenizers: Tokenizers,
-                 decode: DecodeConfig | None = None, *, prefix: str = "") -> None:
+                 decode: DecodeConfig | None = None, *, prefix: str = "",
+                 data: DataConfig | None = None) -> None:
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
         self.prefix = prefix  # before every source: a multilingual model's <2de>
+        self.data = data  # the run's data section: its target languages
 
     @classmethod
     def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
@@ -113,8 +116,20 @@ class Translator:
                         device.type)
         model = model.to(device=device, dtype=torch.float32 if dtype == "int8" else
                          getattr(torch, dtype))
-        return cls(model, tokenizers, decode,
-                   prefix=runs[0].config.data.language_prefix(tgt_lang))
+        data = runs[0].config.data
+        return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data)
+
+    @property
+    def target_languages(self) -> tuple[str, ...]:
+        """The languages the model translates into (those of its training data)."""
+        return self.data.target_languages if self.data is not None else ()
+
+    def into(self, tgt_lang: str | None) -> Translator:
+        """This translator, translating into `tgt_lang` (a multilingual model's languages);
+        the same model, not a copy."""
+        prefix = self.data.language_prefix(tgt_lang) if self.data is not None else ""
+        return type(self)(self.model, self.tokenizers, self.decode, prefix=prefix,
+                          data=self.data)
 
 
     def decode_config(self, **settings) -> DecodeConfig:
@@ -193,12 +208,12 @@ class Translator:
     def fits(self, sentence: str) -> bool:
         """Whether `sentence` is within the model's source length (a longer one is truncated,
         with a warning: cut it first, as `transduce.documents.layout.Splitter` does)."""
-        return len(self._encode(sentence)) <= self.model.config.max_positions - 1
+        return len(self.encode(sentence)) <= self.model.config.max_positions - 1
 
     def encode_source(self, sentence: str, index: int = 0) -> list[int]:
         """A sentence's source token ids, <eos> included (truncated to the model's length, with a
         warning naming line `index` + 1)."""
-        ids = self._encode(sentence)
+        ids = self.encode(sentence)
         limit = self.model.config.max_positions - 1  # room for <eos>
         if len(ids) > limit:
             log.warning("line %d: %d tokens, truncated to the model's %d", index + 1, len(ids),
@@ -206,7 +221,9 @@ class Translator:
             ids = ids[:limit]
         return [*ids, self.model.config.eos_id]
 
-    def _encode(self, sentence: str) -> list[int]:
+    def encode(self, sentence: str) -> list[int]:
+        """A sentence's source token ids as the model reads them (after a multilingual model's
+        language token), without <eos> and untruncated."""
         return self.tokenizers.src.encode(f"{self.prefix} {sentence}" if self.prefix
                                           else sentence)
 

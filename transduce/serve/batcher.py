@@ -75,7 +75,7 @@ class Batcher:
 
     def tokens(self, sentence: str) -> int:
         """A sentence's source tokens, <eos> included, as the model will see them."""
-        return len(self.translator.tokenizers.src.encode(sentence)) + 1
+        return len(self.translator.encode(sentence)) + 1
 
     async def translate(self, sentences: list[str], search: Search) -> list[Translation]:
         """The translations of `sentences`, in order. Cancelling the await (a client gone, a

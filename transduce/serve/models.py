@@ -30,12 +30,23 @@ class ModelSpec:
             return cls(Path(match[3]), match[1].lower(), match[2].lower())
         return cls(Path(text))
 
-    def pair(self) -> tuple[str, str]:
-        """The (source, target) codes: given, or the run's data.src_lang / data.tgt_lang."""
-        if self.source and self.target:
-            return self.source, self.target
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (source, target) codes it serves: the given pair, else the run's data.src_lang
+        to each of its target languages (one; several for a multilingual run). A multilingual
+        run's given target must be one of its languages."""
         data = read_config(self.run_dir).data
-        return data.src_lang.lower(), data.tgt_lang.lower()
+        targets = [t.lower() for t in data.target_languages]
+        if self.source and self.target:
+            if data.languages_tagged and self.target not in targets:
+                raise UserError(f"--model {self.source}:{self.target}={self.run_dir}: the run "
+                                f"translates into {', '.join(targets)}")
+            return [(self.source, self.target)]
+        return [(data.src_lang.lower(), target) for target in targets]
+
+    def tgt_lang(self, target: str) -> str | None:
+        """The target language a served pair's `target` asks the run for: itself for a
+        multilingual run, none for a run of one target (whatever the pair calls it)."""
+        return target if read_config(self.run_dir).data.languages_tagged else None
 
 
 @dataclass
@@ -57,23 +68,27 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], ModelSpec]:
         raise UserError("serve needs at least one --model RUN_DIR")
     pairs: dict[tuple[str, str], ModelSpec] = {}
     for spec in specs:
-        pair = spec.pair()
-        if pair in pairs:
-            raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
-                            f"{pairs[pair].run_dir} already; name another pair with "
-                            f"--model SRC:TGT={spec.run_dir}")
+        for pair in spec.pairs():
+            if pair in pairs:
+                raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
+                                f"{pairs[pair].run_dir} already; name another pair with "
+                                f"--model SRC:TGT={spec.run_dir}")
+            pairs[pair] = spec
         model_checkpoint(spec.run_dir)
-        pairs[pair] = spec
     return pairs
 
 
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 dtype: str = "float32", compile: bool = False) -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
-    checkpoint and search settings); one model per pair."""
-    models = []
+    checkpoint and search settings); one model per pair, a multilingual run's loaded once for
+    all its pairs."""
+    models, loaded = [], {}
     for pair, spec in check_specs(specs).items():
-        translator = Translator.load(spec.run_dir, device=device, dtype=dtype, compile=compile)
+        if spec not in loaded:
+            loaded[spec] = Translator.load(spec.run_dir, device=device, dtype=dtype,
+                                           compile=compile, tgt_lang=spec.tgt_lang(pair[1]))
+        translator = loaded[spec].into(spec.tgt_lang(pair[1]))
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models
