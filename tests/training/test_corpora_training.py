@@ -19,12 +19,15 @@ def corpora(tmp_path_factory):
     de, fr = write_numbers(root, "de", "de", 600, 1), write_numbers(root, "fr", "fr", 600, 2)
     bt = write_numbers(root, "bt", "de", 100, 3)
     _TARGETS.update(de=de[1], fr=fr[1])
+    _VALID.update(de=write_numbers(root, "valid-de", "de", 40, 4),
+                  fr=write_numbers(root, "valid-fr", "fr", 30, 5))
     return ("data.corpora=" + json.dumps([
         {"src": de[0], "tgt": de[1]}, {"src": fr[0], "tgt": fr[1], "tgt_lang": "fr"},
         {"src": bt[0], "tgt": bt[1], "tag": "<BT>", "weight": 0.5}]))
 
 
 _TARGETS = {}  # language -> its training targets' file
+_VALID = {}  # language -> its validation set's (source, target) files
 
 
 def _trigrams(text: str) -> set[str]:
@@ -118,3 +121,32 @@ def test_a_multilingual_run_serves_each_of_its_pairs(multilingual, tmp_path):
     with pytest.raises(UserError, match="the run translates into de, fr"):
         ModelSpec.parse(f"en:cs={multilingual}").pairs()
     assert ModelSpec.parse(f"en:fr={multilingual}").pairs() == [("en", "fr")]
+
+
+def test_a_multilingual_run_validates_each_pair(corpora, tmp_path):
+    import math
+
+    valid = "data.valid_corpora=" + json.dumps([
+        {"src": _VALID["de"][0], "tgt": _VALID["de"][1], "tgt_lang": "de"},
+        {"src": _VALID["fr"][0], "tgt": _VALID["fr"][1], "tgt_lang": "fr"}])
+    trainer = start_run(_corpora_config(corpora, valid, "train.max_updates=20",
+                                        "train.validate_every=10", "train.bleu=true"),
+                        tmp_path / "run")
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    by_split = {}
+    for row in rows:
+        by_split.setdefault(row["split"], []).append(row)
+    assert [r["update"] for r in by_split["valid en-de"]] == [10, 20]
+    assert [r["update"] for r in by_split["valid en-fr"]] == [10, 20]
+    for whole, de, fr in zip(by_split["valid"], by_split["valid en-de"], by_split["valid en-fr"],
+                             strict=True):
+        for key in ("valid_loss", "valid_bleu", "valid_chrf", "valid_exact"):
+            assert math.isclose(whole[key], (de[key] + fr[key]) / 2), key
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "update 20: valid en-fr loss" in log and "(mean of 2 pairs)" in log
+    sets = trainer.data.valid_sets
+    assert [s.name for s in sets] == ["en-de", "en-fr"] and [len(s.data) for s in sets] == [40, 30]
+    tok = trainer.data.tokenizers.src
+    assert tok.pieces(sets[1].data.src(0).tolist()).count("<2fr>") == 1

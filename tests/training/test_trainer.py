@@ -276,7 +276,7 @@ def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
     class Result:
         def __init__(self, loss):
             self.loss, self.perplexity = loss, 1.0
-            self.bleu = self.chrf = self.exact = None
+            self.bleu = self.chrf = self.exact = self.pairs = None
 
     monkeypatch.setattr(trainer, "validate", lambda model=None: Result(next(losses)))
     trainer.train()

@@ -27,9 +27,10 @@ class CorpusConfig:
     tgt_lang: str | None = setting(None, "its target language (default: data.tgt_lang)")
 
     @classmethod
-    def parse(cls, value, index: int) -> CorpusConfig:
-        """A corpus from its YAML mapping; errors name `data.corpora[index].key`."""
-        where = f"data.corpora[{index}]"
+    def parse(cls, value, index: int, key: str = "corpora") -> CorpusConfig:
+        """A corpus from its YAML mapping; errors name `data.corpora[index].key` (or the
+        list `key` names)."""
+        where = f"data.{key}[{index}]"
         if not isinstance(value, dict):
             raise UserError(f"{where} must be a mapping of {', '.join(_CORPUS_KEYS)}, got "
                             f"{value!r}")
@@ -74,6 +75,10 @@ class DataConfig:
         "or many training corpora, a list of {src, tgt | tsv, weight, tag, src_lang, "
         "tgt_lang}, each prepared once into its own shard and sampled per epoch "
         "(docs/data.md, \"Many corpora\")")
+    valid_corpora: tuple[CorpusConfig, ...] | None = setting(None,
+        "or validation sets, one per language pair of a multilingual run: a list of {src, tgt "
+        "| tsv, src_lang, tgt_lang}, each validated and reported on its own, the best "
+        "checkpoint chosen by their mean")
     temperature: float = setting(1.0,
         "data.corpora: an epoch takes from each corpus in proportion to (weight x size)^(1/T):"
         " 1 = weight x size pairs each; above 1 nearer equal shares (5 is usual for many "
@@ -124,6 +129,20 @@ class DataConfig:
             if self.tokenizer == "word" and (self.tags or self.languages_tagged):
                 raise UserError("data.corpora: tags and language tokens need a SentencePiece "
                                 "tokenizer (data.tokenizer=bpe or unigram)")
+        if self.valid_corpora is not None:
+            if not self.valid_corpora:
+                raise UserError("data.valid_corpora is empty: give one set at least, or null")
+            sets = tuple(c if isinstance(c, CorpusConfig) else
+                         CorpusConfig.parse(c, i, key="valid_corpora")
+                         for i, c in enumerate(self.valid_corpora))
+            object.__setattr__(self, "valid_corpora", sets)
+            for i, c in enumerate(sets):
+                if c.tag is not None or c.weight != 1.0:
+                    raise UserError(f"data.valid_corpora[{i}]: a validation set has no tag or "
+                                    "weight")
+            if any((self.valid_src, self.valid_tgt, self.valid_tsv)):
+                raise UserError("data.valid_corpora and data.valid_src/valid_tgt/valid_tsv "
+                                "exclude each other")
         if self.temperature <= 0:
             raise UserError(f"data.temperature must be positive, got {self.temperature}")
         paths = (self.train_src, self.train_tgt, self.train_tsv, self.corpora)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transduce.data.binarize import PairFilter, TokenizedCorpus, binarize
@@ -74,11 +74,29 @@ def check_files(config: DataConfig, flag=lambda key: f"data.{key}") -> None:
         path = getattr(config, key)
         if path and config.dataset is None and not Path(path).is_file():
             raise UserError(f"{flag(key)} {path}: no such file")
-    for i, corpus in enumerate(config.corpora or ()):
-        for key in ("src", "tgt", "tsv"):
-            path = getattr(corpus, key)
-            if path and not Path(path).is_file():
-                raise UserError(f"{flag(f'corpora[{i}].{key}')} {path}: no such file")
+    for name in ("corpora", "valid_corpora"):
+        for i, corpus in enumerate(getattr(config, name) or ()):
+            for key in ("src", "tgt", "tsv"):
+                path = getattr(corpus, key)
+                if path and not Path(path).is_file():
+                    raise UserError(f"{flag(f'{name}[{i}].{key}')} {path}: no such file")
+
+
+def references(data: TokenizedCorpus, corpus, lowercase: bool) -> list[str]:
+    """The target side of each pair `data` kept of `corpus`, as text (lowercased with
+    `lowercase`)."""
+    keep = set(data.pair_ids.tolist())
+    return [t.lower() if lowercase else t for i, (_, t) in enumerate(corpus.pairs()) if i in keep]
+
+
+@dataclass
+class ValidSet:
+    """One validation set of `data.valid_corpora`: its pair's name (en-de), its binarized
+    pairs, its text."""
+
+    name: str
+    data: TokenizedCorpus
+    corpus: object
 
 
 @dataclass
@@ -90,21 +108,21 @@ class PreparedData:
     valid_corpus: object | None  # the raw validation text, for BLEU against references
     max_length: int  # tokens: training pairs with a longer side are skipped
     mixture: Mixture | None = None  # data.corpora: the shards, and each epoch's pairs of them
+    valid_sets: list[ValidSet] = field(default_factory=list)  # data.valid_corpora: each pair's
 
     @functools.cached_property
     def valid_references(self) -> list[str]:
         """The target side of each kept validation pair, as text (lowercased when the tokenizers
         lowercase: then so are the translations), to score translations of the split against."""
-        keep = set(self.valid.pair_ids.tolist())
-        lowercase = self.tokenizers.lowercase
-        return [t.lower() if lowercase else t
-                for i, (_, t) in enumerate(self.valid_corpus.pairs()) if i in keep]
+        return references(self.valid, self.valid_corpus, self.tokenizers.lowercase)
 
     def check_not_empty(self) -> None:
         """Training needs pairs, and validation, when it has a split, needs some too: otherwise
         a clear error now instead of a loop that never finds a batch."""
         for name, what, split in (("train", "training", self.train),
-                                  ("valid", "validation", self.valid)):
+                                  ("valid", "validation", self.valid),
+                                  *((f"valid {s.name}", "validation", s.data)
+                                    for s in self.valid_sets)):
             if split is not None and len(split) == 0:
                 raise UserError(f"no {what} pairs: {split.skips.report(name)}; check the "
                                 "corpus, or loosen data.max_length / data.max_length_ratio")
@@ -146,9 +164,19 @@ def prepare(config: DataConfig, directory: Path, tokenizers: Tokenizers | None =
     else:
         train = binarize(train_corpus, tokenizers, directory / "data" / "train", name="train",
                          pair_filter=keep)
-    valid = None
-    if valid_corpus is not None:  # every validation pair counts, however odd, if it fits
+    valid, valid_sets = None, []
+    every = PairFilter(max_length=limit, max_length_ratio=None)  # however odd, if it fits
+    if valid_corpus is not None:
         valid = binarize(valid_corpus, tokenizers, directory / "data" / "valid", name="valid",
-                         pair_filter=PairFilter(max_length=limit, max_length_ratio=None))
+                         pair_filter=every)
+    for i, spec in enumerate(config.valid_corpora or ()):
+        name = f"{spec.src_lang or config.src_lang}-{spec.tgt_lang or config.tgt_lang}"
+        part, prefix = _files(spec.src, spec.tgt, spec.tsv), source_prefix(spec, config)
+        part = Prefixed(part, prefix) if prefix else part
+        valid_sets.append(ValidSet(name, binarize(part, tokenizers, directory / "data" /
+                                                  f"valid.{i}", name=f"valid {name}",
+                                                  pair_filter=every), part))
+    if valid_sets:  # the first is the one that has no name
+        valid, valid_corpus = valid_sets[0].data, valid_sets[0].corpus
     return PreparedData(tokenizers, train, valid, train_corpus, valid_corpus, max_length,
-                        mixture)
+                        mixture, valid_sets)

@@ -84,8 +84,13 @@ def nothing_to_do(run_dir: Path, reason: str, train) -> None:
              "`transduce train --resume %s %s=%s`", run_dir, reason, run_dir, key, more)
 
 
-def validation(progress: Progress, result, best: bool) -> None:
+def validation(progress: Progress, result, best: bool | None, *, name: str = "") -> None:
+    """One line of a validation's result: the whole (the mean of the pairs', when there are
+    several: "(mean of 3 pairs)"), or, with `name`, one pair's."""
     scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, exact {result.exact:.1%}"
               if result.bleu is not None else "")
-    log.info("update %d: valid loss %.3f, ppl %.2f%s%s", progress.update, result.loss,
-             result.perplexity, scores, " (best)" if best else "")
+    what = f"valid {name}" if name else "valid"
+    pairs = result.pairs
+    mean = f" (mean of {len(pairs)} pairs)" if pairs else ""
+    log.info("update %d: %s loss %.3f, ppl %.2f%s%s%s", progress.update, what, result.loss,
+             result.perplexity, scores, mean, " (best)" if best else "")

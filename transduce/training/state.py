@@ -43,9 +43,7 @@ class Progress:
         if best:
             self.best_bleu, self.best_loss = result.bleu, result.loss
         self.bad_validations = 0 if best else self.bad_validations + 1
-        record = {"update": self.update, "valid_loss": result.loss,
-                  "valid_ppl": result.perplexity, "valid_bleu": result.bleu,
-                  "valid_chrf": result.chrf, "valid_exact": result.exact}
+        record = validation_record(self.update, result)
         self.history.append(record)
         return best, record
 
@@ -56,6 +54,12 @@ class Progress:
         w["tokens"] += tokens
         w["time"] += seconds
         w["updates"] += 1
+
+
+def validation_record(update: int, result) -> dict:
+    """The row of metrics.jsonl (and TensorBoard's scalars) of a validation's result."""
+    return {"update": update, "valid_loss": result.loss, "valid_ppl": result.perplexity,
+            "valid_bleu": result.bleu, "valid_chrf": result.chrf, "valid_exact": result.exact}
 
 
 def rng_state() -> dict:

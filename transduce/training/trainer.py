@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from transduce.config import Config
 from transduce.data.batching import Batch
-from transduce.data.prepare import PreparedData
+from transduce.data.prepare import PreparedData, references
 from transduce.errors import TrainingError
 from transduce.model.transformer import Transformer
 from transduce.pauses import pause_point
@@ -267,9 +267,16 @@ class Trainer:
         """Validate `model` (the one trained, or its whole copy: `Parallel.whole_model`)."""
         if self.data.valid is None:
             return None
+        bleu, lowercase = self.config.train.bleu, self.data.tokenizers.lowercase
+        if len(self.data.valid_sets) > 1:  # a multilingual run: each pair, and their mean
+            return Validation.mean({
+                s.name: self._validate(model, s.data, references(s.data, s.corpus, lowercase)
+                                       if bleu else None) for s in self.data.valid_sets})
+        return self._validate(model, self.data.valid, self.references() if bleu else None)
+
+    def _validate(self, model, data, references) -> Validation:
         cfg = self.config
-        references = self.references() if cfg.train.bleu else None
-        return validate(model or self.model, self.data.valid, references, self.data.tokenizers,
+        return validate(model or self.model, data, references, self.data.tokenizers,
                         max_tokens=cfg.data.max_tokens, label_smoothing=cfg.train.label_smoothing,
                         decode=replace(cfg.decode, beam_size=cfg.train.valid_beam_size),
                         device=self.device,
@@ -299,6 +306,9 @@ class Trainer:
             best, record = p.validated(result, by_bleu=cfg.bleu)
             records.write(record, split="valid")
             report.validation(p, result, best)
+            for name, one in (result.pairs or {}).items():
+                records.write(state.validation_record(p.update, one), split=f"valid {name}")
+                report.validation(p, one, None, name=name)
         self._save(best=best, whole=(model,))
         return self.world.from_main(bool(cfg.patience) and p.bad_validations >= cfg.patience)
 

@@ -26,10 +26,20 @@ class Validation:
     chrf: float | None = None  # sacreBLEU's chrF: character n-grams, meaningful for one word
     exact: float | None = None  # share of translations equal to their reference
     hypotheses: list[str] | None = None
+    pairs: dict[str, Validation] | None = None  # data.valid_corpora: each pair's own
 
     @property
     def perplexity(self) -> float:
         return math.exp(min(self.nll, 100.0))
+
+    @classmethod
+    def mean(cls, pairs: dict[str, Validation]) -> Validation:
+        """The validation of several language pairs: the mean of each of their measures."""
+        def mean(name: str) -> float | None:
+            values = [getattr(result, name) for result in pairs.values()]
+            return None if None in values else sum(values) / len(values)
+        return cls(mean("loss"), mean("nll"), mean("bleu"), mean("chrf"), mean("exact"),
+                   pairs=pairs)
 
 
 @torch.no_grad()
