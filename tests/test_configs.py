@@ -10,7 +10,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 @pytest.mark.parametrize("name, preset", [("quickstart", "tiny"), ("multi30k_en_de", "tiny"),
-                                          ("multi30k_en_fr", "tiny"), ("iwslt14_de_en", "iwslt"),
+                                          ("multi30k_en_fr", "tiny"), ("multi30k_en_xx", "tiny"),
+                                          ("iwslt14_de_en", "iwslt"),
                                           ("wmt14_en_de_base", "base"),
                                           ("wmt14_en_de_big", "big")])
 def test_shipped_configs_load(name, preset):
@@ -32,3 +33,12 @@ def test_the_multi30k_configs_differ_only_in_the_target_language():
     assert (de.data.tgt_lang, fr.data.tgt_lang) == ("de", "fr")
     assert de.model == fr.model and de.train == fr.train and de.decode == fr.decode
     assert de.model.settings.get("norm_first") is True
+
+
+def test_the_multilingual_multi30k_config_is_the_bilingual_recipe_three_times_over():
+    de, xx = (load_config(CONFIGS / f"multi30k_en_{t}.yaml") for t in ("de", "xx"))
+    assert xx.data.target_languages == ("de", "fr", "cs") and xx.data.languages_tagged
+    assert [c.tgt_lang for c in xx.data.valid_corpora] == ["de", "fr", "cs"]
+    assert xx.model == de.model and xx.decode == de.decode
+    assert xx.train.max_time == 3 * de.train.max_time
+    assert xx.train.max_updates == 3 * de.train.max_updates
