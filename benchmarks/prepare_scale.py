@@ -11,7 +11,8 @@ added. Then, each in a process of its own (peak memory: the process's maximum re
 2. a training process of a `tiny` model for a few updates (with the tokenizer of step 1: it
    binarizes the pairs for itself, then trains) over a tenth of the pairs and over all of them:
    what it holds beside the model grows with the corpus only by its index (the memory-mapped
-   token ids are read as they are used).
+   token ids are read as they are used); then each run resumed in a fresh process, its pairs
+   binarized already: the training process alone, anonymous and file-backed memory apart.
 
     python benchmarks/prepare_scale.py --pairs 4500000 --work /tmp/scale
 """
@@ -119,8 +120,10 @@ def main() -> None:
                     if number >= args.pairs // 10:
                         break
                     part.write(line)
+    runs = []
     for source, pairs in ((tenth, args.pairs // 10), (corpus, args.pairs)):
         run_dir = args.work / f"run-{pairs}"
+        runs.append((run_dir, pairs))
         report = args.work / f"run-{pairs}.memory"
         seconds, peak = run([sys.executable, __file__, "--train-worker", str(source),
                              str(prepared), str(run_dir), str(args.updates), str(report)])
@@ -129,6 +132,34 @@ def main() -> None:
               f"after binarizing / at the end of training | {pairs:,} | {seconds:.0f} | "
               f"{float(prepared_rss):,.0f} / {float(training_rss):,.0f} MiB (peak "
               f"{peak:,.0f}) |", flush=True)
+    for run_dir, pairs in runs:  # the training alone: resumed over its binarized pairs
+        report = args.work / f"resume-{pairs}.memory"
+        seconds, peak = run([sys.executable, __file__, "--resume-worker", str(run_dir),
+                             str(2 * args.updates), str(report)])
+        setup, trained = report.read_text().splitlines()
+        print(f"| the same run resumed for {args.updates} more updates (its pairs binarized "
+              f"already): anonymous / file-backed resident memory after setting up, then after "
+              f"training | {pairs:,} | {seconds:.0f} | {setup} MiB, then {trained} MiB |",
+              flush=True)
+
+
+def resident() -> dict[str, int]:
+    """This process's resident memory, MiB: anonymous (RssAnon) and file-backed (RssFile:
+    memory-mapped pages of the shards, which the kernel may drop)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text()
+                  .splitlines() if ":" in line)
+    return {k: int(fields[k].split()[0]) // 1024 for k in ("RssAnon", "RssFile")}
+
+
+def resume_worker(run_dir: Path, updates: int, report: Path) -> None:
+    from transduce.training.start import resume_run
+
+    trainer = resume_run(run_dir, [f"train.max_updates={updates}"])
+    setup = resident()
+    trainer.train()
+    trained = resident()
+    report.write_text("".join(f"{m['RssAnon']:,} / {m['RssFile']:,}\n"
+                              for m in (setup, trained)))
 
 
 def train_worker(source: Path, prepared: Path, run_dir: Path, updates: int,
@@ -159,7 +190,9 @@ def train_worker(source: Path, prepared: Path, run_dir: Path, updates: int,
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--train-worker"]:
+    if sys.argv[1:2] == ["--resume-worker"]:
+        resume_worker(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+    elif sys.argv[1:2] == ["--train-worker"]:
         source, prepared, run_dir, updates, report = sys.argv[2:]
         train_worker(Path(source), Path(prepared), Path(run_dir), int(updates), Path(report))
     else:
