@@ -172,21 +172,15 @@ def train_worker(source: Path, prepared: Path, run_dir: Path, updates: int,
     from transduce.data.tokenizer import Tokenizers
     from transduce.training.start import start_run
 
-    def resident() -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
     shutil.rmtree(run_dir, ignore_errors=True)
     config = load_config(overrides=[
         "model.preset=tiny", "data.dataset=null", f"data.train_src={source / 'train.src'}",
         f"data.train_tgt={source / 'train.tgt'}", f"train.max_updates={updates}",
         "train.validate_every=0", "train.bleu=false", "train.log_every=1000"])
     trainer = start_run(config, run_dir, tokenizers=Tokenizers.load(prepared))
-    after_binarizing = resident()
+    after_binarizing = sum(resident().values())
     trainer.train()
-    report.write_text(f"{after_binarizing} {resident()}\n")
+    report.write_text(f"{after_binarizing} {sum(resident().values())}\n")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def test_a_multilingual_run_serves_each_of_its_pairs(multilingual, tmp_path):
 
     with pytest.raises(UserError, match="the run translates into de, fr"):
         ModelSpec.parse(f"en:cs={multilingual}").pairs()
-    assert ModelSpec.parse(f"en:fr={multilingual}").pairs() == [("en", "fr")]
+    assert ModelSpec.parse(f"en:fr={multilingual}").pairs() == {("en", "fr"): "fr"}
 
 
 def test_a_multilingual_run_validates_each_pair(corpora, tmp_path):

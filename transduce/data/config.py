@@ -111,12 +111,14 @@ class DataConfig:
     seed: int = setting(1, "the number-words corpus's draw")
 
     def __post_init__(self) -> None:
+        for key in ("corpora", "valid_corpora"):  # from YAML's mappings
+            if (listed := getattr(self, key)) is not None:
+                if not listed:
+                    raise UserError(f"data.{key} is empty: give one at least, or null")
+                object.__setattr__(self, key, tuple(
+                    c if isinstance(c, CorpusConfig) else CorpusConfig.parse(c, i, key=key)
+                    for i, c in enumerate(listed)))
         if self.corpora is not None:
-            if not self.corpora:
-                raise UserError("data.corpora is empty: give one corpus at least, or null")
-            object.__setattr__(self, "corpora", tuple(
-                c if isinstance(c, CorpusConfig) else CorpusConfig.parse(c, i)
-                for i, c in enumerate(self.corpora)))
             if any((self.train_src, self.train_tgt, self.train_tsv)):
                 raise UserError("data.corpora and data.train_src/train_tgt/train_tsv exclude "
                                 "each other")
@@ -130,13 +132,7 @@ class DataConfig:
                 raise UserError("data.corpora: tags and language tokens need a SentencePiece "
                                 "tokenizer (data.tokenizer=bpe or unigram)")
         if self.valid_corpora is not None:
-            if not self.valid_corpora:
-                raise UserError("data.valid_corpora is empty: give one set at least, or null")
-            sets = tuple(c if isinstance(c, CorpusConfig) else
-                         CorpusConfig.parse(c, i, key="valid_corpora")
-                         for i, c in enumerate(self.valid_corpora))
-            object.__setattr__(self, "valid_corpora", sets)
-            for i, c in enumerate(sets):
+            for i, c in enumerate(self.valid_corpora):
                 if c.tag is not None or c.weight != 1.0:
                     raise UserError(f"data.valid_corpora[{i}]: a validation set has no tag or "
                                     "weight")

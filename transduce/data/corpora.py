@@ -53,6 +53,27 @@ class Prefixed:
         return f"{self.corpus} ({self.prefix} before each source)"
 
 
+class Corpora:
+    """The corpora of `data.corpora`, each with its sources' prefix (tag, language token)."""
+
+    def __init__(self, corpora: list, prefixes: list[str]) -> None:
+        self.parts = [Prefixed(c, p) if p else c for c, p in zip(corpora, prefixes, strict=True)]
+
+    def pairs(self):
+        for part in self.parts:
+            yield from part.pairs()
+
+    @property
+    def files(self):
+        return tuple(f for part in self.parts for f in part.files)
+
+    def __repr__(self) -> str:
+        return f"Corpora({self.parts!r})"
+
+    def __str__(self) -> str:
+        return f"{len(self.parts)} corpora"
+
+
 def epoch_counts(sizes: list[int], weights: list[float], temperature: float) -> list[int]:
     """How many pairs an epoch takes from each corpus (see the module's docstring)."""
     weighted = np.asarray(sizes, dtype=np.float64) * np.asarray(weights, dtype=np.float64)

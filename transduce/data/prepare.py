@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transduce.data.binarize import PairFilter, TokenizedCorpus, binarize
 from transduce.data.config import DataConfig
-from transduce.data.corpora import Mixture, Prefixed, source_prefix
+from transduce.data.corpora import Corpora, Mixture, Prefixed, source_prefix
 from transduce.data.corpus import ParallelFiles, TsvFile
 from transduce.data.datasets import known_corpus
 from transduce.data.numbers import NumberWords
@@ -41,27 +41,6 @@ def _files(src: str | None, tgt: str | None, tsv: str | None):
     if src and tgt:
         return ParallelFiles(Path(src), Path(tgt))
     return None
-
-
-class Corpora:
-    """The corpora of `data.corpora`, each with its sources' prefix (tag, language token)."""
-
-    def __init__(self, corpora: list, prefixes: list[str]) -> None:
-        self.parts = [Prefixed(c, p) if p else c for c, p in zip(corpora, prefixes, strict=True)]
-
-    def pairs(self):
-        for part in self.parts:
-            yield from part.pairs()
-
-    @property
-    def files(self):
-        return tuple(f for part in self.parts for f in part.files)
-
-    def __repr__(self) -> str:
-        return f"Corpora({self.parts!r})"
-
-    def __str__(self) -> str:
-        return f"{len(self.parts)} corpora"
 
 
 FILES = [f"{split}_{side}" for split in ("train", "valid") for side in ("src", "tgt", "tsv")]

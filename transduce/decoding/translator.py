@@ -119,11 +119,6 @@ class Translator:
         data = runs[0].config.data
         return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data)
 
-    @property
-    def target_languages(self) -> tuple[str, ...]:
-        """The languages the model translates into (those of its training data)."""
-        return self.data.target_languages if self.data is not None else ()
-
     def into(self, tgt_lang: str | None) -> Translator:
         """This translator, translating into `tgt_lang` (a multilingual model's languages);
         the same model, not a copy."""

@@ -30,23 +30,20 @@ class ModelSpec:
             return cls(Path(match[3]), match[1].lower(), match[2].lower())
         return cls(Path(text))
 
-    def pairs(self) -> list[tuple[str, str]]:
-        """The (source, target) codes it serves: the given pair, else the run's data.src_lang
-        to each of its target languages (one; several for a multilingual run). A multilingual
-        run's given target must be one of its languages."""
+    def pairs(self) -> dict[tuple[str, str], str | None]:
+        """The (source, target) codes it serves, each with the target language it asks the
+        run for (a multilingual run's; None for a run of one target, whatever the pair calls
+        it): the given pair, else the run's data.src_lang to each of its target languages. A
+        multilingual run's given target must be one of its languages."""
         data = read_config(self.run_dir).data
         targets = [t.lower() for t in data.target_languages]
         if self.source and self.target:
             if data.languages_tagged and self.target not in targets:
                 raise UserError(f"--model {self.source}:{self.target}={self.run_dir}: the run "
                                 f"translates into {', '.join(targets)}")
-            return [(self.source, self.target)]
-        return [(data.src_lang.lower(), target) for target in targets]
-
-    def tgt_lang(self, target: str) -> str | None:
-        """The target language a served pair's `target` asks the run for: itself for a
-        multilingual run, none for a run of one target (whatever the pair calls it)."""
-        return target if read_config(self.run_dir).data.languages_tagged else None
+            targets = [self.target]
+        source = self.source or data.src_lang.lower()
+        return {(source, t): t if data.languages_tagged else None for t in targets}
 
 
 @dataclass
@@ -61,19 +58,20 @@ class ServedModel:
         return f"{self.source}-{self.target}"
 
 
-def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], ModelSpec]:
-    """Each spec's pair, one model per pair, each a run with a checkpoint: what can be known
-    without loading a model (and is, before starting worker processes)."""
+def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], tuple[ModelSpec, str | None]]:
+    """Each spec's pairs (with the target language each asks for), one model per pair, each a
+    run with a checkpoint: what can be known without loading a model (and is, before starting
+    worker processes)."""
     if not specs:
         raise UserError("serve needs at least one --model RUN_DIR")
-    pairs: dict[tuple[str, str], ModelSpec] = {}
+    pairs: dict[tuple[str, str], tuple[ModelSpec, str | None]] = {}
     for spec in specs:
-        for pair in spec.pairs():
+        for pair, tgt_lang in spec.pairs().items():
             if pair in pairs:
                 raise UserError(f"--model {spec.run_dir}: {pair[0]}:{pair[1]} is served by "
-                                f"{pairs[pair].run_dir} already; name another pair with "
+                                f"{pairs[pair][0].run_dir} already; name another pair with "
                                 f"--model SRC:TGT={spec.run_dir}")
-            pairs[pair] = spec
+            pairs[pair] = spec, tgt_lang
         model_checkpoint(spec.run_dir)
     return pairs
 
@@ -84,11 +82,12 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
     all its pairs."""
     models, loaded = [], {}
-    for pair, spec in check_specs(specs).items():
-        if spec not in loaded:
-            loaded[spec] = Translator.load(spec.run_dir, device=device, dtype=dtype,
-                                           compile=compile, tgt_lang=spec.tgt_lang(pair[1]))
-        translator = loaded[spec].into(spec.tgt_lang(pair[1]))
+    for pair, (spec, tgt_lang) in check_specs(specs).items():
+        if spec in loaded:  # another pair of a multilingual run: its model, another language
+            translator = loaded[spec].into(tgt_lang)
+        else:
+            translator = loaded[spec] = Translator.load(
+                spec.run_dir, device=device, dtype=dtype, compile=compile, tgt_lang=tgt_lang)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models
