@@ -23,11 +23,17 @@ RUN = [*FAST, "train.max_updates=3", "train.validate_every=2", "train.log_every=
 PHASES = {"prepare": None, "update": 0, "validate": 2, "save": 2, "final validation": 3}
 
 
+def _ctrl_c_heard() -> None:
+    """Ctrl-C as at a terminal: a suite started in the background (`cmd &` in a script) has
+    SIGINT ignored, and a child inherits that, so Python would never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _held(args: list[str], phase: str, cwd) -> subprocess.Popen:
     """`transduce ARGS`, started and held at `phase` (returns once it says so)."""
     env = {**os.environ, "TRANSDUCE_PAUSE_AT": phase, "PYTHONPATH": ROOT}
     process = subprocess.Popen([sys.executable, "-m", "transduce", *args], env=env, cwd=cwd,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_heard)
     seen = []
     for line in process.stderr:
         seen.append(line)
