@@ -29,7 +29,8 @@ def max_output_lengths(src_lengths: Tensor, decode: DecodeConfig, max_positions:
 def forced_prefix(prefixes: list[list[int]] | None, batch: int, device) -> tuple[Tensor, Tensor]:
     """(B, P) forced target tokens (padded with -1) and their lengths (B,)."""
     if not prefixes:
-        return torch.full((batch, 0), -1, dtype=torch.long), torch.zeros(batch, dtype=torch.long)
+        return (torch.full((batch, 0), -1, dtype=torch.long, device=device),
+                torch.zeros(batch, dtype=torch.long, device=device))
     width = max(map(len, prefixes))
     table = torch.full((batch, width), -1, dtype=torch.long)
     for i, p in enumerate(prefixes):
