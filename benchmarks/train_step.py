@@ -7,6 +7,7 @@ bucketing batcher would). Reports real (non-padding) target tokens per second.
     python benchmarks/train_step.py                      # tiny and base, fp32 and bf16
     python benchmarks/train_step.py --presets tiny --steps 20
     python benchmarks/train_step.py --presets tiny --precisions fp32   # bf16 is emulated on AVX2
+    python benchmarks/train_step.py --device cuda --presets base --precisions bf16 --profile
     python benchmarks/train_step.py --presets tiny --pre-norm --dropout 0.3 --attention-dropout 0.1
 """
 
@@ -97,7 +98,7 @@ def make_batches(vocab: int, max_tokens: int, n_batches: int, seed: int = 0):
 
 def train_step(model, optimizer, batch, bf16: bool) -> None:
     src, tgt_in, tgt_out = batch
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=bf16):
         if isinstance(model, Transformer):  # as the Trainer runs it: output layer and loss in
             loss = projected_label_smoothed_cross_entropy(  # one pass, chunk by chunk
                 model.features(src, tgt_in), model.output.weight, tgt_out, epsilon=0.1,
@@ -111,7 +112,7 @@ def train_step(model, optimizer, batch, bf16: bool) -> None:
 
 
 def measure(preset: str, bf16: bool, steps: int, rounds: int, max_tokens: int,
-            **config_changes) -> dict[str, float]:
+            device: torch.device, profile: bool = False, **config_changes) -> dict[str, float]:
     """Target tokens/s of each model: the median over `rounds` passes over the same batches.
 
     The passes alternate between the models (which goes first alternates too), so that both
@@ -120,12 +121,13 @@ def measure(preset: str, bf16: bool, steps: int, rounds: int, max_tokens: int,
     vocab = VOCAB[preset]
     config = ModelConfig.preset(preset, src_vocab_size=vocab, tgt_vocab_size=vocab,
                                 **config_changes)
-    batches = make_batches(vocab, max_tokens, n_batches=steps)
+    batches = [tuple(t.to(device) for t in b)
+               for b in make_batches(vocab, max_tokens, n_batches=steps)]
     tokens = sum(int((b[2] != PAD).sum()) for b in batches)
     runners = {}
     for name, build in (("transduce", Transformer), ("torch.nn.Transformer", TorchReference)):
         torch.manual_seed(0)
-        model = build(config).train()
+        model = build(config).to(device).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         train_step(model, optimizer, batches[0], bf16)  # warm-up: allocator, kernels
         runners[name] = (model, optimizer)
@@ -133,11 +135,32 @@ def measure(preset: str, bf16: bool, steps: int, rounds: int, max_tokens: int,
     for r in range(rounds):
         for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
             model, optimizer = runners[name]
+            synchronize(device)
             start = time.perf_counter()
             for batch in batches:
                 train_step(model, optimizer, batch, bf16)
+            synchronize(device)
             speeds[name].append(tokens / (time.perf_counter() - start))
+    if profile:  # where transduce's step spends its time, the operations that take the most
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiler
+
+        model, optimizer = runners["transduce"]
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                               if device.type == "cuda" else [])
+        with profiler(activities=activities) as prof:
+            for batch in batches:
+                train_step(model, optimizer, batch, bf16)
+            synchronize(device)
+        for key in ("self_cpu_time_total",
+                    *(["self_cuda_time_total"] if device.type == "cuda" else [])):
+            print(prof.key_averages().table(sort_by=key, row_limit=15), flush=True)
     return {name: statistics.median(values) for name, values in speeds.items()}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
@@ -149,6 +172,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed passes per model")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the operations transduce's steps spend most time in")
     parser.add_argument("--pre-norm", action="store_true", help="LayerNorm before each sublayer")
     for name in ("dropout", "attention-dropout", "activation-dropout"):
         parser.add_argument(f"--{name}", type=float, help="instead of the preset's")
@@ -158,7 +184,9 @@ def main() -> None:
         if getattr(args, key) is not None:
             changes[key] = getattr(args, key)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, ~{args.max_tokens} target "
+    where = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
+             else f"{args.threads} threads")
+    print(f"torch {torch.__version__}, {where}, ~{args.max_tokens} target "
           f"tokens/batch, median of {args.rounds} passes over {args.steps} batches; "
           "target tokens/s (higher is better)"
           f"{''.join(f', {k}={v}' for k, v in changes.items())}\n")
@@ -166,7 +194,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for preset in args.presets:
         for bf16 in [p == "bf16" for p in args.precisions]:
-            r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens, **changes)
+            r = measure(preset, bf16, args.steps, args.rounds, args.max_tokens,
+                        torch.device(args.device), args.profile, **changes)
             ours, ref = r["transduce"], r["torch.nn.Transformer"]
             print(f"| {preset} | {VOCAB[preset]} | {'bf16 autocast' if bf16 else 'fp32'} | "
                   f"{ours:,.0f} | {ref:,.0f} | {ours / ref:.2f}x |", flush=True)

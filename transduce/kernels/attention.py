@@ -1,14 +1,25 @@
 """Attention on PyTorch's fused scaled-dot-product kernel, where it is faster than the product
-written out (`transduce.model.attention.attention_with_weights`), which serves everywhere else."""
+written out (`transduce.model.attention.attention_with_weights`), which serves everywhere else.
+
+On a GPU the kernel is FlashAttention's or the memory-efficient one, never cuDNN's, which
+PyTorch prefers on Hopper GPUs: cuDNN builds a plan for each new shape of its inputs, tens to
+hundreds of milliseconds each (pytorch/pytorch#161434, meta-pytorch/torchtune#1652), and
+batches of sentences come in hundreds of shapes (their number and length), as do the steps of
+a search. Seen on an H100 and an H200 with cuDNN's kernel: the Trainer's update of the base
+model took 1-2 s, faster the more shapes it had met, while the step repeated over 12 batches
+ran at 82,000 target tokens/s (benchmarks/train_step.py); that this change is the cure is yet
+to be measured on a GPU (docs/speed.md)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transduce import kernels
 
+GPU_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 FEW_QUERIES = 16  # at most this many per head: a search step's (its k beams' for beam search)
 
 
@@ -35,5 +46,9 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                  dropout_p=dropout, is_causal=causal)
         return out.to(q.dtype)
+    if q.device.type == "cuda":
+        with sdpa_kernel(GPU_BACKENDS):  # not cuDNN's: a plan per shape (above)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                  is_causal=causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                           is_causal=causal)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-_ROWS = 64  # positions per chunk: a chunk of logits stays in cache across the passes over it
+_ROWS = 64  # positions per chunk on a CPU: a chunk of logits stays in cache across its passes
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -29,8 +29,8 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         lse = torch.empty(n, dtype=torch.float32, device=logits.device)
         total = torch.empty_like(lse)
         # one scratch chunk reused throughout: fresh large temporaries cost page faults on CPU
-        scratch = lse.new_empty(min(n, _ROWS), vocab)
-        for rows in _chunks(n):
+        scratch = lse.new_empty(min(n, _rows(logits)), vocab)
+        for rows in _chunks(n, _rows(logits)):
             z, work = logits[rows], scratch[: rows.stop - rows.start]
             top = z.amax(dim=-1, keepdim=True).float()
             torch.sub(z, top, out=work).exp_()
@@ -51,9 +51,10 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         scale = (weight * grad)[:, None]
         g = torch.empty_like(logits)
         fp32 = logits.dtype == torch.float32
-        scratch = None if fp32 else lse.new_empty(min(n, _ROWS), vocab)
-        smoothing = torch.full((min(n, _ROWS), 1), eps - 1, device=logits.device)
-        for rows in _chunks(n):
+        step = _rows(logits)
+        scratch = None if fp32 else lse.new_empty(min(n, step), vocab)
+        smoothing = torch.full((min(n, step), 1), eps - 1, device=logits.device)
+        for rows in _chunks(n, step):
             # softmax - eps / V - (1 - eps) onehot, weighted; computed in fp32 whatever the logits
             size = rows.stop - rows.start
             chunk = g[rows] if fp32 else scratch[:size]
@@ -65,8 +66,17 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         return g, None, None, None
 
 
-def _chunks(n: int) -> list[slice]:
-    return [slice(i, min(i + _ROWS, n)) for i in range(0, n, _ROWS)]
+def _rows(logits: Tensor) -> int:
+    """Positions per chunk: on a CPU, few enough for the chunk to stay in cache; on a GPU, as
+    many as _GPU_CHUNK_BYTES hold (its caches are small beside the logits either way, and each
+    chunk is a dozen kernel launches)."""
+    if logits.device.type == "cpu":
+        return _ROWS
+    return max(1, _GPU_CHUNK_BYTES // (4 * logits.shape[1]))
+
+
+def _chunks(n: int, rows: int) -> list[slice]:
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
 
 
 def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, weight: Tensor,
@@ -77,6 +87,11 @@ def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, weight: Tensor,
 
 
 _CHUNK_BYTES = 8 << 20  # float32 logits per chunk: the fastest size measured (docs/speed.md)
+_GPU_CHUNK_BYTES = 1 << 30  # on a GPU: a batch of 4,096 positions over 37,000 tokens is 1 chunk
+
+
+def _chunk_bytes(device: torch.device) -> int:
+    return _CHUNK_BYTES if device.type == "cpu" else _GPU_CHUNK_BYTES
 
 
 def _product_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
@@ -109,7 +124,7 @@ class _ProjectedLabelSmoothedCrossEntropy(torch.autograd.Function):
         needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         w, w_grad = _output_weights(weight, dtype)
         grad_dtype = w_grad.dtype
-        rows = max(1, min(n, _CHUNK_BYTES // (4 * vocab)))
+        rows = max(1, min(n, _chunk_bytes(hidden.device) // (4 * vocab)))
         work = hidden.new_empty(rows, vocab, dtype=torch.promote_types(dtype, torch.float32))
         loss = hidden.new_zeros((), dtype=work.dtype)
         row_weight = row_weight.to(work.dtype)
@@ -181,7 +196,7 @@ class _ProjectedRDrop(torch.autograd.Function):
         needs_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         w, w_grad = _output_weights(weight, dtype)
         grad_dtype = w_grad.dtype
-        rows = max(1, min(n, _CHUNK_BYTES // (8 * vocab)))  # positions; two passes each
+        rows = max(1, min(n, _chunk_bytes(hidden.device) // (8 * vocab)))  # two passes each
         work_dtype = torch.promote_types(dtype, torch.float32)
         log_p = hidden.new_empty(2 * rows, vocab, dtype=work_dtype)  # pass 1 rows, then pass 2
         prob, diff = torch.empty_like(log_p), log_p.new_empty(rows, vocab)

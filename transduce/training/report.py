@@ -7,6 +7,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+import torch
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transduce.config import ModelSection
@@ -53,25 +54,44 @@ def start(model, config, model_config, processes: int, device) -> None:
                                           "fsdp": "FSDP, weights sharded"}[config.train.parallel])
 
 
-def report(progress: Progress, lr: float, bar, records: Records | NoRecords) -> None:
+def gpu_memory(device: torch.device) -> dict[str, float]:
+    """On a GPU, the most memory this process's tensors have held so far and what PyTorch's
+    allocator has reserved for them, GiB (what `nvidia-smi` shows is about the second, plus
+    CUDA's own); nothing on a CPU."""
+    if device.type != "cuda":
+        return {}
+    return {"gpu_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+            "gpu_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30}
+
+
+def _memory(memory: dict[str, float]) -> str:
+    return (f", GPU memory {memory['gpu_memory_gib']:.1f} GiB (reserved "
+            f"{memory['gpu_reserved_gib']:.1f})" if memory else "")
+
+
+def report(progress: Progress, lr: float, bar, records: Records | NoRecords,
+           device: torch.device) -> None:
     """One log line and one metrics row: the updates since the last one, averaged."""
     p, window = progress, progress.window
     loss = window["loss"] / max(window["updates"], 1)
     speed = window["tokens"] / max(window["time"], 1e-9)
+    memory = gpu_memory(device)
     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}", refresh=False)
-    log.info("update %d: loss %.3f, lr %.3e, %s target tokens/s, epoch %d, %.0f s", p.update,
-             loss, lr, f"{speed:,.0f}", p.epoch + 1, p.elapsed)
+    log.info("update %d: loss %.3f, lr %.3e, %s target tokens/s, epoch %d, %.0f s%s", p.update,
+             loss, lr, f"{speed:,.0f}", p.epoch + 1, p.elapsed, _memory(memory))
     records.write({"update": p.update, "train_loss": loss, "lr": lr, "tokens_per_s": speed,
-                   "elapsed": p.elapsed}, split="train")
+                   "elapsed": p.elapsed, **memory}, split="train")
     p.window = empty_window()
 
 
-def summary(progress: Progress, reason: str, epochs: float, checkpoints: Path) -> None:
+def summary(progress: Progress, reason: str, epochs: float, checkpoints: Path,
+            device: torch.device) -> None:
     p = progress
     best = f", best valid BLEU {p.best_bleu:.2f}" if p.best_bleu is not None else ""
     log.info("stopped (%s) after %d updates, %.2f epochs, %.0f s, %s target tokens/s on "
-             "average%s; checkpoints in %s", reason, p.update, epochs, p.elapsed,
-             f"{p.tokens / max(p.elapsed, 1e-9):,.0f}", best, checkpoints)
+             "average%s%s; checkpoints in %s", reason, p.update, epochs, p.elapsed,
+             f"{p.tokens / max(p.elapsed, 1e-9):,.0f}", _memory(gpu_memory(device)), best,
+             checkpoints)
 
 
 def nothing_to_do(run_dir: Path, reason: str, train) -> None:

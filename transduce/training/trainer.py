@@ -152,7 +152,8 @@ class Trainer:
                     p.count(loss, tokens, time.perf_counter() - start)
                     bar.update(1)
                     if p.update % cfg.log_every == 0 or p.update == 1:
-                        report.report(p, self.optimizer.param_groups[0]["lr"], bar, records)
+                        report.report(p, self.optimizer.param_groups[0]["lr"], bar, records,
+                                      self.device)
                     if cfg.validate_every and p.update % cfg.validate_every == 0:
                         if self._validate_and_save(records, phase="validate"):
                             reason = "early stopping"
@@ -175,7 +176,8 @@ class Trainer:
         finally:
             bar.close()
         records.close()
-        report.summary(p, reason, self.epochs.done(p), ckpt.checkpoint_dir(self.run_dir))
+        report.summary(p, reason, self.epochs.done(p), ckpt.checkpoint_dir(self.run_dir),
+                       self.device)
         self.world.barrier()  # all done: none exits while another still needs it
         return p
 
