@@ -76,3 +76,34 @@ def test_multi30k_train_padding_is_at_most_ten_percent(tmp_path):
     batches = TokenBatches.of(data, 4096, seed=1)
     for epoch in (0, 1):
         assert batches.padding_fraction(epoch) <= 0.10
+
+
+def _epoch_as_before(src_lengths, tgt_lengths, max_tokens, seed, epoch):
+    """TokenBatches.epoch as it was written when it held int64 sizes (a run started then and
+    resumed now must see the same batches)."""
+    src, tgt = np.asarray(src_lengths, np.int64) + 1, np.asarray(tgt_lengths, np.int64) + 1
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(src))
+    order = order[np.lexsort((src[order], tgt[order]))]
+    sizes = np.maximum(src, tgt)[order].tolist()
+    bounds, start, longest = [0], 0, 0
+    for i, size in enumerate(sizes):
+        longest = max(longest, size)
+        if (i - start + 1) * longest > max_tokens:
+            bounds.append(i)
+            start, longest = i, size
+    bounds.append(len(sizes))
+    batches = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def test_batches_hold_four_bytes_a_pair_and_are_those_of_before():
+    src, tgt = _lengths(5000)
+    src, tgt = src.astype(np.int32), tgt.astype(np.int32)  # as memory-mapped from a corpus
+    batches = TokenBatches(src, tgt, max_tokens=300, seed=3)
+    assert np.shares_memory(batches.src_lengths, src)  # no copy of the corpus's lengths
+    for epoch in (0, 1):
+        ours = batches.epoch(epoch)
+        assert {b.dtype for b in ours} == {np.dtype(np.int32)}
+        before = _epoch_as_before(src, tgt, 300, 3, epoch)
+        assert [b.tolist() for b in ours] == [b.tolist() for b in before]

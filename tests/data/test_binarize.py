@@ -83,3 +83,32 @@ def test_an_interrupted_build_leaves_the_previous_cache_intact(tmp_path):
         binarize(Broken(), tokenizers, tmp_path / "bin")
     assert TokenizedCorpus(tmp_path / "bin").meta == good.meta
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".bin")] == []
+
+
+def test_a_corpus_is_held_memory_mapped_offsets_too(tmp_path, numbers_tokenizers,
+                                                    monkeypatch):
+    """Nothing a pair needs is copied into memory: its tokens, lengths and offsets are
+    memory-mapped, so a training process does not grow with its corpus. A cache without the
+    offsets (made before they were written) gets them the first time it is opened, and a cache
+    that cannot be written to is read all the same."""
+    corpus = NumberWords("valid", sizes=(2000, 300, 10))
+    data = binarize(corpus, numbers_tokenizers, tmp_path / "bin", pair_filter=KEEP_ALL)
+    arrays = (data.src_lengths, data.tgt_lengths, data.pair_ids, data._src, data._tgt,
+              data._src_start, data._tgt_start)
+    assert all(isinstance(a, np.memmap) for a in arrays)
+    expected = [data.src(i).tolist() for i in range(len(data))]
+    for side in ("src", "tgt"):
+        (tmp_path / "bin" / f"{side}.off").unlink()
+    again = TokenizedCorpus(tmp_path / "bin")
+    assert (tmp_path / "bin" / "src.off").is_file() and isinstance(again._src_start, np.memmap)
+    assert [again.src(i).tolist() for i in range(len(again))] == expected
+    for side in ("src", "tgt"):
+        (tmp_path / "bin" / f"{side}.off").unlink()
+
+    def refused(*args):  # as on a read-only copy (chmod does not stop root, who runs CI)
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr("transduce.data.binarize.os.replace", refused)
+    read_only = TokenizedCorpus(tmp_path / "bin")
+    assert [read_only.src(i).tolist() for i in range(len(read_only))] == expected
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir() if "off" in p.name) == []

@@ -79,36 +79,45 @@ class TokenBatches:
 
     def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, *,
                  seed: int = 1, shuffle: bool = True) -> None:
-        self.src_sizes = np.asarray(src_lengths, dtype=np.int64) + 1
-        self.tgt_sizes = np.asarray(tgt_lengths, dtype=np.int64) + 1
+        # the lengths as given (a corpus's memory-mapped int32), sizes made from them as needed:
+        # what a run holds does not grow with its corpus (docs/speed.md)
+        self.src_lengths, self.tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
         self.max_tokens = max_tokens
         self.seed = seed
         self.shuffle = shuffle
-        longest = int(np.maximum(self.src_sizes, self.tgt_sizes).max(initial=0))
+        longest = int(self.sizes().max(initial=0))
         if longest > max_tokens:
             raise DataError(f"data.max_tokens={max_tokens} is smaller than the longest pair "
                             f"({longest} tokens); raise it or lower data.max_length")
+
+    def sizes(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """The padded width each pair (or the pairs `ids`) needs: max(S, T)."""
+        src, tgt = self.src_lengths, self.tgt_lengths
+        if ids is not None:
+            src, tgt = src[ids], tgt[ids]
+        return np.maximum(src, tgt).astype(np.int32) + 1
 
     @classmethod
     def of(cls, corpus: TokenizedCorpus, max_tokens: int, **kwargs) -> TokenBatches:
         return cls(corpus.src_lengths, corpus.tgt_lengths, max_tokens, **kwargs)
 
     def epoch(self, epoch: int = 0) -> list[np.ndarray]:
-        n = len(self.src_sizes)
+        n = len(self.src_lengths)
+        index = np.int32 if n < 2**31 else np.int64  # 4 bytes a pair kept for the epoch
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
-            order = rng.permutation(n)
+            order = rng.permutation(np.arange(n, dtype=index))  # permutation(n)'s order
         else:
-            rng, order = None, np.arange(n)
+            rng, order = None, np.arange(n, dtype=index)
         # by target length, then source length; np.lexsort is stable, so ties stay shuffled
-        order = order[np.lexsort((self.src_sizes[order], self.tgt_sizes[order]))]
+        order = order[np.lexsort((self.src_lengths[order], self.tgt_lengths[order]))]
         batches = self._cut(order)
         if rng is not None:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
 
     def _cut(self, order: np.ndarray) -> list[np.ndarray]:
-        sizes = np.maximum(self.src_sizes, self.tgt_sizes)[order].tolist()
+        sizes = self.sizes(order).tolist()
         bounds, start, longest = [0], 0, 0
         for i, size in enumerate(sizes):
             longest = max(longest, size)
@@ -122,7 +131,7 @@ class TokenBatches:
         """Share of padding among all token slots (source and target) of an epoch's batches."""
         real = padded = 0
         for ids in self.epoch(epoch):
-            s, t = self.src_sizes[ids], self.tgt_sizes[ids]
+            s, t = self.src_lengths[ids] + 1, self.tgt_lengths[ids] + 1
             real += int(s.sum() + t.sum())
             padded += len(ids) * int(s.max() + t.max())
         return 1 - real / padded if padded else 0.0

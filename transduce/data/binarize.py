@@ -2,8 +2,9 @@
 
 A cache directory holds the token ids of each side back to back (`src.bin`, `tgt.bin`, uint16
 when the vocabulary fits, else uint32), the length of every pair (`src.len`, `tgt.len`), the
-number of each kept pair in the original corpus (`pairs.idx`) and `meta.json` with the
-fingerprint it was built for. Building streams the corpus in chunks, so memory stays bounded
+number of each kept pair in the original corpus (`pairs.idx`), where each pair's tokens start
+(`src.off`, `tgt.off`; written the first time a cache without them is opened) and `meta.json`
+with the fingerprint it was built for. All are memory-mapped when used. Building streams the corpus in chunks, so memory stays bounded
 whatever its size; it writes into a temporary directory renamed into place at the end, so an
 interrupted build leaves no half-written cache behind.
 """
@@ -75,15 +76,15 @@ class TokenizedCorpus:
         self.directory = Path(directory)
         self.meta = json.loads((self.directory / "meta.json").read_text())
         dtype = np.dtype(self.meta["dtype"])
-        # all memory-mapped: pages are read on use and the OS may drop them; only the offsets
-        # (16 bytes a pair) are computed into memory
+        # all memory-mapped: pages are read on use and the OS may drop them, so what a process
+        # holds does not grow with the corpus (the offsets too, written beside it once)
         self.src_lengths = _memmap(self.directory / "src.len", np.int32)
         self.tgt_lengths = _memmap(self.directory / "tgt.len", np.int32)
         self.pair_ids = _memmap(self.directory / "pairs.idx", np.int64)
         self._src = _memmap(self.directory / "src.bin", dtype)
         self._tgt = _memmap(self.directory / "tgt.bin", dtype)
-        self._src_start = _offsets(self.src_lengths)
-        self._tgt_start = _offsets(self.tgt_lengths)
+        self._src_start = _offsets(self.directory / "src.off", self.src_lengths)
+        self._tgt_start = _offsets(self.directory / "tgt.off", self.tgt_lengths)
 
     def __len__(self) -> int:
         return len(self.src_lengths)
@@ -99,10 +100,22 @@ class TokenizedCorpus:
         return SkipCounts(**self.meta["skips"])
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def _offsets(path: Path, lengths: np.ndarray) -> np.ndarray:
+    """Where each pair's tokens start (and the last ends), int64, memory-mapped from `path`:
+    computed from the lengths and written there the first time (atomically: processes that
+    open the corpus together may each write it), kept in memory where it cannot be written."""
+    if path.is_file() and path.stat().st_size == 8 * (len(lengths) + 1):
+        return np.memmap(path, dtype=np.int64, mode="r")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return offsets
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        offsets.tofile(partial)
+        os.replace(partial, path)
+    except OSError:  # a read-only copy of the data
+        partial.unlink(missing_ok=True)
+        return offsets
+    return np.memmap(path, dtype=np.int64, mode="r")
 
 
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
@@ -131,6 +144,7 @@ def binarize(corpus, tokenizers: Tokenizers, directory: Path, *,
     make_public(tmp)  # mkdtemp makes it private; the cache is not
     try:
         _build(corpus, tokenizers, pair_filter, tmp, key, chunk_pairs)
+        TokenizedCorpus(tmp)  # opening it writes its offsets beside it
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)

@@ -143,7 +143,11 @@ class Mixture:
         return self._pairs(chosen)
 
     def _pairs(self, chosen: list[np.ndarray]) -> Pairs:
-        shard = np.concatenate([np.full(len(c), s, dtype=np.int32)
+        """The epoch's pairs: each pair's shard and index there in as few bytes as hold them
+        (2 and 4 up to 32,767 corpora of 2**31 pairs), besides its lengths."""
+        shard_type = np.int16 if len(chosen) < 2**15 else np.int32
+        shard = np.concatenate([np.full(len(c), s, dtype=shard_type)
                                 for s, c in enumerate(chosen)])
-        index = np.concatenate([c.astype(np.int64) for c in chosen])
+        index_type = np.int32 if max(self.sizes, default=0) < 2**31 else np.int64
+        index = np.concatenate([c.astype(index_type) for c in chosen])
         return Pairs(self.shards, shard, index)
