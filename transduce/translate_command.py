@@ -370,10 +370,10 @@ def evaluate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(), **options)
     seconds = time.perf_counter() - start
-    bleu = sacrebleu.BLEU(lowercase=args.lowercase)
-    chrf = sacrebleu.CHRF(lowercase=args.lowercase)
-    print(f"{bleu.corpus_score(hypotheses, [references])}  {bleu.get_signature()}")
-    print(f"{chrf.corpus_score(hypotheses, [references])}  {chrf.get_signature()}")
+    for metric in (sacrebleu.BLEU(lowercase=args.lowercase),
+                   sacrebleu.CHRF(lowercase=args.lowercase),
+                   sacrebleu.TER(case_sensitive=not args.lowercase)):  # a score, its signature
+        print(f"{metric.corpus_score(hypotheses, [references])}  {metric.get_signature()}")
     print(f"{len(sources)} sentences in {seconds:.1f} s ({len(sources) / max(seconds, 1e-9):.1f} "
           f"sentences/s)")
     if output:

@@ -123,14 +123,29 @@ def test_cli_invalid_utf8_names_the_line(run_dir, tmp_path):
     assert stdin.returncode == 2 and b"<stdin>:2: invalid UTF-8" in stdin.stderr
 
 
-def test_cli_evaluate_prints_bleu_and_chrf_with_signatures(run_dir, tmp_path, capsys):
-    (tmp_path / "src").write_text("seven\nninety-nine\n")
-    (tmp_path / "ref").write_text("sieben\nneunundneunzig\n")
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_cli_evaluate_prints_bleu_chrf_and_ter_with_signatures(run_dir, tmp_path, capsys,
+                                                              lowercase):
+    """The scores are sacreBLEU's on the translations written by -o, each line with the
+    signature that reproduces it."""
+    import sacrebleu
+
+    (tmp_path / "src").write_text("seven\nninety-nine\ntwelve\n")
+    (tmp_path / "ref").write_text("Sieben\nneunundneunzig\nzwölf\n")
     assert main(["evaluate", "--model", str(run_dir), "--src", str(tmp_path / "src"),
-                 "--ref", str(tmp_path / "ref"), "--lowercase"]) == 0
-    out = capsys.readouterr().out
-    assert "BLEU = " in out and "nrefs:1|case:lc|eff:no|tok:13a" in out
-    assert "chrF2 = " in out and "case:lc" in out
+                 "--ref", str(tmp_path / "ref"), "-o", str(tmp_path / "out"),
+                 *(["--lowercase"] if lowercase else [])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    hypotheses = (tmp_path / "out").read_text().splitlines()
+    references = (tmp_path / "ref").read_text().splitlines()
+    metrics = [sacrebleu.BLEU(lowercase=lowercase), sacrebleu.CHRF(lowercase=lowercase),
+               sacrebleu.TER(case_sensitive=not lowercase)]
+    expected = [f"{m.corpus_score(hypotheses, [references])}  {m.get_signature()}"
+                for m in metrics]
+    assert lines[:3] == expected
+    case = "case:lc" if lowercase else "case:mixed"
+    assert [line.split(" = ")[0] for line in lines[:3]] == ["BLEU", "chrF2", "TER"]
+    assert all(case in line for line in lines[:3])
 
 
 def test_not_a_model_directory_is_a_clear_error(tmp_path):

@@ -142,7 +142,7 @@ def test_a_multilingual_run_validates_each_pair(corpora, tmp_path):
     assert [r["update"] for r in by_split["valid en-fr"]] == [10, 20]
     for whole, de, fr in zip(by_split["valid"], by_split["valid en-de"], by_split["valid en-fr"],
                              strict=True):
-        for key in ("valid_loss", "valid_bleu", "valid_chrf", "valid_exact"):
+        for key in ("valid_loss", "valid_bleu", "valid_chrf", "valid_ter", "valid_exact"):
             assert math.isclose(whole[key], (de[key] + fr[key]) / 2), key
     log = (tmp_path / "run" / "train.log").read_text()
     assert "update 20: valid en-fr loss" in log and "(mean of 2 pairs)" in log

@@ -193,6 +193,13 @@ def test_run_directory_contents_and_refusal_to_overwrite(tmp_path):
     assert (ckpt.checkpoint_dir(run) / "best").read_text().strip() == "update_0000003"
     assert any((run / "tensorboard").iterdir())
     assert load_config(run / "config.yaml").train.max_updates == 3
+    log = (run / "train.log").read_text()
+    assert "update 3: valid loss" in log and ", TER " in log
+    assert log.count("validation scores: BLEU nrefs:1|case:mixed|eff:no|tok:13a") == 1
+    assert "chrF nrefs:1|case:mixed" in log and "TER nrefs:1|case:mixed|tok:tercom" in log
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    ter = [r["valid_ter"] for r in rows if "valid_ter" in r]
+    assert len(ter) == 1 and ter[0] >= 0
     with pytest.raises(ValueError, match="already holds a run"):
         start_run(_config("train.max_updates=3"), run).train()
 
@@ -273,12 +280,10 @@ def test_patience_stops_when_validation_stops_improving(tmp_path, monkeypatch):
                               "train.patience=2"), tmp_path / "p")
     losses = iter([3.0, 2.0, 2.5, 2.4, 1.0, 1.0])
 
-    class Result:
-        def __init__(self, loss):
-            self.loss, self.perplexity = loss, 1.0
-            self.bleu = self.chrf = self.exact = self.pairs = None
+    from transduce.training.validate import Validation
 
-    monkeypatch.setattr(trainer, "validate", lambda model=None: Result(next(losses)))
+    monkeypatch.setattr(trainer, "validate",
+                        lambda model=None: Validation(next(losses), nll=0.0, bleu=None))
     trainer.train()
     assert trainer.progress.update == 8  # best at update 4, no better at 6 and 8: stop
     assert (ckpt.checkpoint_dir(tmp_path / "p") / "best").read_text().strip() == "update_0000004"

@@ -4,9 +4,10 @@ A cache directory holds the token ids of each side back to back (`src.bin`, `tgt
 when the vocabulary fits, else uint32), the length of every pair (`src.len`, `tgt.len`), the
 number of each kept pair in the original corpus (`pairs.idx`), where each pair's tokens start
 (`src.off`, `tgt.off`; written the first time a cache without them is opened) and `meta.json`
-with the fingerprint it was built for. All are memory-mapped when used. Building streams the corpus in chunks, so memory stays bounded
-whatever its size; it writes into a temporary directory renamed into place at the end, so an
-interrupted build leaves no half-written cache behind.
+with the fingerprint it was built for. All are memory-mapped when used. Building streams the
+corpus in chunks, so memory stays bounded whatever its size; it writes into a temporary
+directory renamed into place at the end, so an interrupted build leaves no half-written cache
+behind.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from transduce.config import ModelSection
 from transduce.training.records import NoRecords, Records
 from transduce.training.state import Progress, empty_window
+from transduce.training.validate import signatures
 
 log = logging.getLogger("transduce.train")
 
@@ -69,6 +70,12 @@ def _memory(memory: dict[str, float]) -> str:
             f"{memory['gpu_reserved_gib']:.1f})" if memory else "")
 
 
+def metrics() -> None:
+    """Which sacreBLEU metrics validation scores with, so that others can reproduce them (after
+    a validation: a signature needs a scored corpus)."""
+    log.info("validation scores: %s", signatures())
+
+
 def report(progress: Progress, lr: float, bar, records: Records | NoRecords,
            device: torch.device) -> None:
     """One log line and one metrics row: the updates since the last one, averaged."""
@@ -107,8 +114,8 @@ def nothing_to_do(run_dir: Path, reason: str, train) -> None:
 def validation(progress: Progress, result, best: bool | None, *, name: str = "") -> None:
     """One line of a validation's result: the whole (the mean of the pairs', when there are
     several: "(mean of 3 pairs)"), or, with `name`, one pair's."""
-    scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, exact {result.exact:.1%}"
-              if result.bleu is not None else "")
+    scores = (f", BLEU {result.bleu:.2f}, chrF {result.chrf:.1f}, TER {result.ter:.1f}, exact "
+              f"{result.exact:.1%}" if result.bleu is not None else "")
     what = f"valid {name}" if name else "valid"
     pairs = result.pairs
     mean = f" (mean of {len(pairs)} pairs)" if pairs else ""

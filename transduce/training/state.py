@@ -59,7 +59,8 @@ class Progress:
 def validation_record(update: int, result) -> dict:
     """The row of metrics.jsonl (and TensorBoard's scalars) of a validation's result."""
     return {"update": update, "valid_loss": result.loss, "valid_ppl": result.perplexity,
-            "valid_bleu": result.bleu, "valid_chrf": result.chrf, "valid_exact": result.exact}
+            "valid_bleu": result.bleu, "valid_chrf": result.chrf, "valid_ter": result.ter,
+            "valid_exact": result.exact}
 
 
 def rng_state() -> dict:

@@ -78,6 +78,7 @@ class Trainer:
         self._interrupts = Interrupts()
         self._consecutive_bad = 0
         self._resumed = False
+        self._metrics_told = False  # the sacreBLEU signatures logged
         if self.world.rank:  # the same initial weights as the main process, other dropout masks
             torch.manual_seed(train.seed + 1_000_003 * self.world.rank)
 
@@ -308,6 +309,9 @@ class Trainer:
             best, record = p.validated(result, by_bleu=cfg.bleu)
             records.write(record, split="valid")
             report.validation(p, result, best)
+            if result.bleu is not None and not self._metrics_told:
+                report.metrics()  # once a run: how to reproduce the scores
+                self._metrics_told = True
             for name, one in (result.pairs or {}).items():
                 records.write(state.validation_record(p.update, one), split=f"valid {name}")
                 report.validation(p, one, None, name=name)

@@ -17,6 +17,16 @@ from transduce.decoding.search import search
 from transduce.model.transformer import Transformer
 from transduce.training.loss import label_smoothed_cross_entropy, nll_loss
 
+# sacreBLEU's metrics as validation computes them (cased, detokenized output). force: an early
+# model's "word ." is no tokenized test set, which sacreBLEU would warn about at every validation
+METRICS = (sacrebleu.BLEU(force=True), sacrebleu.CHRF(), sacrebleu.TER(case_sensitive=True))
+
+
+def signatures() -> str:
+    """The metrics' sacreBLEU signatures, to reproduce validation's scores with sacrebleu."""
+    return ", ".join(f"{name} {m.get_signature()}"
+                     for name, m in zip(("BLEU", "chrF", "TER"), METRICS, strict=True))
+
 
 @dataclass
 class Validation:
@@ -25,6 +35,7 @@ class Validation:
     bleu: float | None  # sacreBLEU on detokenized output
     chrf: float | None = None  # sacreBLEU's chrF: character n-grams, meaningful for one word
     exact: float | None = None  # share of translations equal to their reference
+    ter: float | None = None  # sacreBLEU's TER: edits per reference word, %; lower is better
     hypotheses: list[str] | None = None
     pairs: dict[str, Validation] | None = None  # data.valid_corpora: each pair's own
 
@@ -39,7 +50,7 @@ class Validation:
             values = [getattr(result, name) for result in pairs.values()]
             return None if None in values else sum(values) / len(values)
         return cls(mean("loss"), mean("nll"), mean("bleu"), mean("chrf"), mean("exact"),
-                   pairs=pairs)
+                   mean("ter"), pairs=pairs)
 
 
 @torch.no_grad()
@@ -64,10 +75,8 @@ def validate(model: Transformer, data: TokenizedCorpus, references: list[str] | 
         hypotheses = translate_corpus(model, data, tokenizers, decode=decode, device=device,
                                       autocast=autocast)
         result.hypotheses = hypotheses
-        # force: our output is detokenized; an early model's "word ." is no tokenized test set,
-        # which sacreBLEU would warn about at every validation
-        result.bleu = sacrebleu.corpus_bleu(hypotheses, [references], force=True).score
-        result.chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
+        result.bleu, result.chrf, result.ter = (metric.corpus_score(hypotheses, [references]).score
+                                                for metric in METRICS)
         result.exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / max(
             len(references), 1)
     model.train(was_training)
