@@ -53,6 +53,7 @@ TRANSLATE = {
     "--attention": (["--attention", "MAPS"], None),
     "--layer": (["--attention", "MAPS", "--layer", "0"], None),
     "--heads": (["--attention", "MAPS", "--heads"], None),
+    "--prefix-file": (["--prefix-file", "PREFIXES"], None),
 }
 EVALUATE = {**COMMON, **SEARCH, "--src": ([], None), "--ref": ([], None),
             "--lowercase": (["--lowercase"], None), "--output": (["-o", "OUT"], None)}
@@ -82,7 +83,9 @@ def source(tmp_path_factory):
 
 
 def _fill(args: list[str], tmp_path) -> list[str]:
-    return [str(tmp_path / a) if a in ("MAPS", "OUT") else a for a in args]
+    if "PREFIXES" in args:  # a prefix for the first sentence, none for the others
+        (tmp_path / "PREFIXES").write_text("sie\n\n\n")
+    return [str(tmp_path / a) if a in ("MAPS", "OUT", "PREFIXES") else a for a in args]
 
 
 def _marked(options):
@@ -109,6 +112,9 @@ def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monk
         assert lines == Translator.load(run_dir).translate(SENTENCES, **{field: value})
     if "MAPS" in args:
         assert len(list((tmp_path / "MAPS").glob("*.png"))) == len(SENTENCES)
+    if "PREFIXES" in args:
+        assert lines == Translator.load(run_dir).translate(SENTENCES, prefixes=["sie", "", ""])
+        assert lines[0].startswith("sie")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

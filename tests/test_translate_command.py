@@ -67,14 +67,20 @@ INVALID = [
     (["--attention", "MAPS", "--layer", "7"], "--layer 7: the model has 2 decoder layers"),
     (["--checkpoint", "update_9"], "no checkpoint 'update_9'"),
     (["-i", "missing.txt"], "-i missing.txt: no such file"),
+    (["-i", "IN", "--prefix-file", "missing.txt"], "--prefix-file missing.txt: no such file"),
+    (["-i", "IN", "--prefix-file", "TWO"], "line counts differ: --prefix-file "),
+    (["--interactive", "--prefix-file", "TWO"], "it takes no --prefix-file"),
+    (["-i", "IN", "--split-sentences", "--prefix-file", "TWO"],
+     "--split-sentences translates a line as several sentences: it takes no --prefix-file"),
 ]
 
 
 @pytest.mark.parametrize("options, message", INVALID, ids=[" ".join(o) for o, _ in INVALID])
 def test_an_invalid_option_is_one_line_with_exit_2(run_dir, text, tmp_path, capsys, options,
                                                    message):
-    options = [str(text) if o == "IN" else str(tmp_path / "maps") if o == "MAPS" else o
-               for o in options]
+    (tmp_path / "two").write_text("neun\nsieben\n")  # two lines: the input has three
+    named = {"IN": str(text), "MAPS": str(tmp_path / "maps"), "TWO": str(tmp_path / "two")}
+    options = [named.get(o, o) for o in options]
     code, err = _run(["translate", "--model", str(run_dir), *options], capsys)
     assert code == 2, err
     assert message in err
@@ -240,3 +246,24 @@ def test_compile_with_int8_is_refused_before_loading(command, tmp_path, capsys):
                       "--dtype", "int8"], capsys)  # refused before the run is even looked at
     assert code == 2 and "--compile and --dtype int8 do not go together" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_prefix_file_starts_each_translation_with_its_line(run_dir, text, tmp_path, capsys):
+    """Each translation begins with its line's prefix, the search going on from it; a line
+    without one is translated as with no --prefix-file (prefixes per sentence do not change
+    their batch-mates), and the command gives what the Python API gives."""
+    prefixes = ["neun", "", "hundert und"]
+    (tmp_path / "prefixes").write_text("\n".join(prefixes) + "\n")
+    out = tmp_path / "out.txt"
+    assert main(["translate", "--model", str(run_dir), "-i", str(text), "-o", str(out),
+                 "--prefix-file", str(tmp_path / "prefixes")]) == 0
+    forced = out.read_text().splitlines()
+    plain_out = tmp_path / "plain.txt"
+    assert main(["translate", "--model", str(run_dir), "-i", str(text), "-o",
+                 str(plain_out)]) == 0
+    plain = plain_out.read_text().splitlines()
+    assert [f.startswith(p) for f, p in zip(forced, prefixes, strict=True)] == [True] * 3
+    assert forced[1] == plain[1]
+    assert forced[0] != plain[0] or plain[0].startswith("neun")
+    translator = Translator.load(run_dir)
+    assert translator.translate(text.read_text().splitlines(), prefixes=prefixes) == forced

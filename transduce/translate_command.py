@@ -90,6 +90,10 @@ def add_translate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nbest", type=at_least(1), default=1,
                         help="write the N best translations of each sentence, Moses format: "
                              "id ||| text ||| score (N at most the beam size; default: 1)")
+    parser.add_argument("--prefix-file", metavar="FILE",
+                        help="target prefixes, one a line beside the input's: each translation "
+                             "starts with its line's prefix and the search goes on from it (an "
+                             "empty line: none)")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line as you type it (Ctrl-D or Ctrl-C to quit)")
     parser.add_argument("--split-sentences", action="store_true",
@@ -134,7 +138,7 @@ def check_translate_options(args: argparse.Namespace) -> None:
     check_device_options(args)
     if args.interactive:
         for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
-                            (args.attention, "--attention")):
+                            (args.attention, "--attention"), (args.prefix_file, "--prefix-file")):
             if given:
                 raise UserError(f"--interactive translates what you type and prints it: it "
                                 f"takes no {name}")
@@ -151,7 +155,8 @@ def check_translate_options(args: argparse.Namespace) -> None:
                 raise UserError(f"{_flag(name)} is an option of --sample (drawing translations "
                                 "at random)")
     if args.split_sentences:
-        for given, name in ((args.nbest > 1, "--nbest"), (args.attention, "--attention")):
+        for given, name in ((args.nbest > 1, "--nbest"), (args.attention, "--attention"),
+                            (args.prefix_file, "--prefix-file")):
             if given:
                 raise UserError(f"--split-sentences translates a line as several sentences: "
                                 f"it takes no {name}, which is of one sentence")
@@ -252,8 +257,9 @@ def translate(args: argparse.Namespace) -> int:
     check_translate_options(args)
     output = (check_output_file(Path(args.output), what="-o", inputs=(args.input,))
               if args.output else None)
-    if args.input and not Path(args.input).is_file():
-        raise UserError(f"-i {args.input}: no such file")
+    for path, flag in ((args.input, "-i"), (args.prefix_file, "--prefix-file")):
+        if path and not Path(path).is_file():
+            raise UserError(f"{flag} {path}: no such file")
     if args.attention:
         check_writable(Path(args.attention), what="--attention")
     check_against_run(args)
@@ -265,11 +271,15 @@ def translate(args: argparse.Namespace) -> int:
         print("reading sentences from the terminal, one a line; end with Ctrl-D (-i FILE reads "
               "a file)", file=sys.stderr)
     lines = read_input(args.input)
+    prefixes = read_input(args.prefix_file) if args.prefix_file else None
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise UserError(f"line counts differ: --prefix-file {args.prefix_file} has "
+                        f"{len(prefixes)} lines, {args.input or '<stdin>'} has {len(lines)}")
     if args.split_sentences:
         from transduce.decoding.paragraphs import Paragraphs
 
         translator = Paragraphs(translator, _source_language(args))
-    return _translate_lines(lines, translator, options, args, output)
+    return _translate_lines(lines, translator, options, args, output, prefixes)
 
 
 def _source_language(args: argparse.Namespace) -> str:
@@ -279,10 +289,12 @@ def _source_language(args: argparse.Namespace) -> str:
 
 
 def _translate_lines(lines: list[str], translator: Translator, options: dict,
-                     args: argparse.Namespace, output: Path | None) -> int:
+                     args: argparse.Namespace, output: Path | None,
+                     prefixes: list[str] | None = None) -> int:
     """Translate CHUNK lines at a time (sorted by length within a chunk, for full batches),
     writing each translation the moment it and every line before it are finished: an
-    interrupted run keeps every finished line up to the first unfinished one, in order."""
+    interrupted run keeps every finished line up to the first unfinished one, in order.
+    `prefixes`: each line's forced start of its translation."""
     from tqdm import tqdm
 
     out = open(output, "w", encoding="utf-8") if output else sys.stdout
@@ -309,7 +321,7 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
             results = translator.translate_detailed(
                 lines[first:first + CHUNK], nbest=args.nbest, attention=bool(args.attention),
                 on_translation=lambda i, result, first=first: write(first + i, result),
-                **options)
+                prefixes=prefixes[first:first + CHUNK] if prefixes else None, **options)
             if args.attention:
                 from transduce.visualize.attention import save_attention_maps
 

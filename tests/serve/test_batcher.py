@@ -96,3 +96,29 @@ def test_a_request_is_answered_when_its_sentences_are_done_not_the_whole_batch(t
 def _search(translator, beam_size: int, nbest: int = 1) -> Search:
     """A request's search: the model's settings with this beam size."""
     return Search(translator.decode_config(beam_size=beam_size), nbest)
+
+
+@pytest.mark.parametrize("engine", ["batcher", "continuous"])
+def test_prefixes_are_each_sentences_own_in_a_batch_with_others(translator, engine):
+    """Requests with target prefixes batched with requests without: each gets what it gets
+    alone, its translations starting with their prefixes."""
+    from transduce.serve.continuous import ContinuousBatcher
+
+    batcher = (Batcher(translator, wait=0.05) if engine == "batcher"
+               else ContinuousBatcher(translator))
+    beam = _search(translator, 3)
+    prefixes = [["neun", ""], None, ["", "sieben"], None]
+    requests = [(SENTENCES[2 * i:2 * i + 2], p) for i, p in enumerate(prefixes)]
+
+    async def main():
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.translate(s, beam, p) for s, p in requests))
+        finally:
+            await batcher.stop()
+    results = asyncio.run(main())
+    for (sentences, forced), got in zip(requests, results, strict=True):
+        alone = translator.translate_detailed(sentences, beam_size=3, prefixes=forced)
+        assert [t.text for t in got] == [t.text for t in alone]
+        for t, prefix in zip(got, forced or ["", ""], strict=True):
+            assert t.text.startswith(prefix)

@@ -48,6 +48,20 @@ def test_attention_is_the_translators_averaged_over_heads(client, translator):
     torch.testing.assert_close(torch.tensor(last["attention"][0]), want.attention[-1].mean(0))
 
 
+def test_a_prefix_starts_each_translation_as_the_translators(client, translator):
+    prefixes = ["neun", "", "hundert"]
+    body = client.post("/v1/translate", json={"text": SENTENCES[:3], "prefix": prefixes,
+                                              "nbest": 2}).json()
+    want = translator.translate_detailed(SENTENCES[:3], prefixes=prefixes, nbest=2)
+    got = body["translations"]
+    assert [t["text"] for t in got] == [t.text for t in want]
+    assert all(h["text"].startswith(p) for t, p in zip(got, prefixes, strict=True)
+               for h in t["nbest"])
+    surrogate = client.post("/v1/translate", content=b'{"text": ["seven"], "prefix": '
+                            b'["\\ud800"]}', headers={"Content-Type": "application/json"})
+    assert surrogate.status_code in (400, 422) and "prefix" in surrogate.json()["error"]
+
+
 def test_default_search_is_the_models_own(client, translator):
     body = client.post("/v1/translate", json={"text": SENTENCES}).json()
     assert [t["text"] for t in body["translations"]] == translator.translate(SENTENCES)
@@ -67,6 +81,8 @@ def test_default_search_is_the_models_own(client, translator):
      "Invalid request: give source and target (this server has en-de)"),
     ({"text": ["seven"], "colour": "red"}, 422, "Invalid request: colour: Extra inputs are "
      "not permitted"),
+    ({"text": ["seven", "eight"], "prefix": ["sie"]}, 400,
+     "Invalid request: 1 prefixes for 2 texts (one each, \"\" for none)"),
 ])
 def test_errors(client, body, status, error):
     response = client.post("/v1/translate", json=body)

@@ -167,8 +167,7 @@ class Translator:
                             "sampling draws 1")
         sentences = list(sentences)
         sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
-        forced = ([self.tokenizers.tgt.encode(p) if p else [] for p in prefixes]
-                  if prefixes else None)
+        forced = [self.encode_prefix(p) for p in prefixes] if prefixes else None
         if forced is not None and len(forced) != len(sentences):
             raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences")
         generator = None  # one for all batches: the draws of a seed do not depend on batching
@@ -215,6 +214,10 @@ class Translator:
                         limit)
             ids = ids[:limit]
         return [*ids, self.model.config.eos_id]
+
+    def encode_prefix(self, prefix: str) -> list[int]:
+        """A target prefix's token ids, which the translation is made to start with ("": none)."""
+        return self.tokenizers.tgt.encode(prefix) if prefix else []
 
     def encode(self, sentence: str) -> list[int]:
         """A sentence's source token ids as the model reads them (after a multilingual model's

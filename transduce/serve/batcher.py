@@ -36,6 +36,7 @@ class _Job:
     search: Search
     tokens: int
     future: asyncio.Future = field(repr=False)
+    prefixes: list[str] | None = None  # each sentence's forced start of its translation
     answers: list = field(default_factory=list, repr=False)  # filled as the search goes
     missing: int = 0  # answers still to come
 
@@ -77,14 +78,16 @@ class Batcher:
         """A sentence's source tokens, <eos> included, as the model will see them."""
         return len(self.translator.encode(sentence)) + 1
 
-    async def translate(self, sentences: list[str], search: Search) -> list[Translation]:
-        """The translations of `sentences`, in order. Cancelling the await (a client gone, a
-        timeout) takes the request out of the batches not yet begun."""
+    async def translate(self, sentences: list[str], search: Search,
+                        prefixes: list[str] | None = None) -> list[Translation]:
+        """The translations of `sentences`, in order (each starting with its prefix, if
+        given). Cancelling the await (a client gone, a timeout) takes the request out of the
+        batches not yet begun."""
         if self._queue is None:
             raise RuntimeError("Batcher.start() was not called in this event loop")
         future = asyncio.get_running_loop().create_future()
         tokens = sum(map(self.tokens, sentences))
-        await self._queue.put(_Job(sentences, search, tokens, future))
+        await self._queue.put(_Job(sentences, search, tokens, future, prefixes))
         return await future
 
     async def _run(self) -> None:
@@ -146,6 +149,7 @@ class Batcher:
             return
         loop = asyncio.get_running_loop()
         sentences = [s for job in batch for s in job.sentences]
+        prefixes = [p for job in batch for p in job.prefixes or [""] * len(job.sentences)]
         owners = [(job, at) for job in batch for at in range(len(job.sentences))]
         for job in batch:
             job.answers, job.missing = [None] * len(job.sentences), len(job.sentences)
@@ -160,7 +164,8 @@ class Batcher:
         start = time.perf_counter()
         try:
             results = await loop.run_in_executor(self._executor, self._translate, sentences,
-                                                 search, answered)
+                                                 search, answered,
+                                                 prefixes if any(prefixes) else None)
         except Exception as error:  # noqa: BLE001 - each request answers with it
             for job in batch:
                 if not job.future.done():
@@ -170,12 +175,13 @@ class Batcher:
             self.on_batch(len(sentences), sum(job.tokens for job in batch),
                           time.perf_counter() - start, results)
 
-    def _translate(self, sentences: list[str], search: Search, answered) -> list[Translation]:
+    def _translate(self, sentences: list[str], search: Search, answered,
+                   prefixes: list[str] | None) -> list[Translation]:
         decode = {**asdict(search.decode),
                   "max_tokens": max(self.max_tokens, search.decode.max_tokens)}
         return self.translator.translate_detailed(
             sentences, nbest=search.nbest, attention=search.attention, on_translation=answered,
-            **decode)
+            prefixes=prefixes, **decode)
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

@@ -37,6 +37,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(repr=False)
     answers: list = field(default_factory=list, repr=False)
     missing: int = 0
+    prefixes: list[str] | None = None  # each sentence's forced start of its translation
 
     def answer(self, at: int, translation: Translation) -> None:  # on the search thread
         self.answers[at] = translation
@@ -69,14 +70,16 @@ class ContinuousBatcher:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
             self._thread = None
 
-    async def translate(self, sentences: list[str], search: Search) -> list[Translation]:
-        """The translations of `sentences`, in order. Cancelling the await (a client gone, a
-        timeout) keeps its sentences that have not joined a search yet from joining."""
+    async def translate(self, sentences: list[str], search: Search,
+                        prefixes: list[str] | None = None) -> list[Translation]:
+        """The translations of `sentences`, in order (each starting with its prefix, if
+        given). Cancelling the await (a client gone, a timeout) keeps its sentences that have
+        not joined a search yet from joining."""
         if self._thread is None:
             raise RuntimeError("ContinuousBatcher.start() was not called")
         loop = asyncio.get_running_loop()
         job = _Job(sentences, search, loop.create_future(), loop,
-                   [None] * len(sentences), len(sentences))
+                   [None] * len(sentences), len(sentences), prefixes)
         self._inbox.put(job)
         return await job.future
 
@@ -169,13 +172,15 @@ class ContinuousBatcher:
             held += len(source)
             sentence_id = next(self._ids)
             owners[sentence_id] = (job, at, source)
-            joining.setdefault(job.search, []).append((sentence_id, source))
+            forced = self.translator.encode_prefix(job.prefixes[at] if job.prefixes else "")
+            joining.setdefault(job.search, []).append((sentence_id, source, forced))
         for search_of, sentences in joining.items():
             if search_of not in searches:
                 decode = search_of.decode
                 searches[search_of] = ContinuousSearch(self.translator.model, decode,
                                                        search_of.nbest)
-            searches[search_of].join([s for _, s in sentences], [i for i, _ in sentences])
+            searches[search_of].join([s for _, s, _ in sentences], [i for i, _, _ in sentences],
+                                     [f for _, _, f in sentences])
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

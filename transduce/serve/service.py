@@ -134,14 +134,15 @@ class Service:
     # -- translating ----------------------------------------------------------------------------
 
     async def translate(self, model: ServedModel, sentences: list[str], search: Search,
-                        request: Request | None = None) -> list[Translation]:
-        """The translations, through the model's batcher, within the request timeout. If the
-        client of `request` goes away first, its sentences leave the queue (if their batch has
-        not begun) and nobody is answered."""
+                        request: Request | None = None,
+                        prefixes: list[str] | None = None) -> list[Translation]:
+        """The translations, through the model's batcher, within the request timeout (each
+        starting with its prefix, if given). If the client of `request` goes away first, its
+        sentences leave the queue (if their batch has not begun) and nobody is answered."""
         if not sentences:
             return []
         work = asyncio.ensure_future(
-            self.batchers[model.source, model.target].translate(sentences, search))
+            self.batchers[model.source, model.target].translate(sentences, search, prefixes))
         waits = {work}
         if request is not None:
             waits.add(asyncio.ensure_future(_disconnected(request)))

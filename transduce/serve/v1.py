@@ -29,9 +29,12 @@ class TranslateRequest(BaseModel):
                             "averaged, with the source and target pieces")
     layer: int | None = Field(None, description="Only this decoder layer's attention (from 0; "
                               "-1 the last); default all layers")
+    prefix: list[str] | None = Field(None, max_length=1024, description="A target prefix for "
+                                     "each text (\"\" for none): its translation starts with "
+                                     "it, and the search goes on from there")
     api_key: str | None = None
 
-    @field_validator("text", "source", "target", "api_key")
+    @field_validator("text", "source", "target", "prefix", "api_key")
     @classmethod
     def _unicode(cls, value):
         """A lone surrogate ("\ud800") is valid JSON but not text: refused, not searched."""
@@ -112,12 +115,15 @@ def router(service: Service) -> APIRouter:
         if body.layer is not None and not -layers <= body.layer < layers:
             raise ApiError(400, f"Invalid request: layer {body.layer}: the model has {layers} "
                                 "decoder layers")
+        if body.prefix is not None and len(body.prefix) != len(body.text):
+            raise ApiError(400, f"Invalid request: {len(body.prefix)} prefixes for "
+                                f"{len(body.text)} texts (one each, \"\" for none)")
         if body.beam_size is not None and body.nbest > body.beam_size:
             raise ApiError(400, f"Invalid request: nbest {body.nbest} exceeds beam_size "
                                 f"{body.beam_size}")
         search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
                                 attention=body.attention)
-        found = await service.translate(model, body.text, search, request)
+        found = await service.translate(model, body.text, search, request, body.prefix)
         return TranslateResponse(model=model.name, source=model.source, target=model.target,
                                  translations=[_sentence(t, body.layer) for t in found])
 
