@@ -14,7 +14,14 @@ import time
 import typing
 from pathlib import Path
 
-from transduce import __version__, models_command, runtime, serve_command, translate_command
+from transduce import (
+    __version__,
+    models_command,
+    runtime,
+    score_command,
+    serve_command,
+    translate_command,
+)
 from transduce.config import load_config
 from transduce.data.config import DATASETS, TOKENIZERS, DataConfig
 from transduce.errors import TrainingError, UserError
@@ -291,11 +298,21 @@ def build_parser() -> argparse.ArgumentParser:
     translate.set_defaults(run=translate_command.translate)
 
     evaluate = commands.add_parser(
-        "evaluate", help="translate a test set and score it: sacreBLEU BLEU and chrF",
-        description="Translate --src, score against --ref with sacreBLEU (BLEU and chrF, with "
-                    "their signatures), and report the speed.")
+        "evaluate", help="translate a test set and score it: sacreBLEU BLEU, chrF and TER",
+        description="Translate --src, score against --ref with sacreBLEU (BLEU, chrF and TER, "
+                    "with their signatures), and report the speed.")
     add_evaluate_options(evaluate)
     evaluate.set_defaults(run=translate_command.evaluate)
+
+    scoring = commands.add_parser(
+        "score", help="how probable a model finds given translations (to filter a corpus or "
+                      "rank candidates)",
+        description="One line per pair of --src and --tgt, tab-separated: the score as the "
+                    "search ranks it (log-probability over the length penalty), the "
+                    "log-probability of the translation given its source (<eos> included), "
+                    "its mean per token, and its tokens.")
+    score_command.add_score_options(scoring)
+    scoring.set_defaults(run=score_command.score)
 
     serve = commands.add_parser(
         "serve", help="serve models over HTTP: LibreTranslate's API, ours, and a page",

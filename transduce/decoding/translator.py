@@ -18,6 +18,7 @@ from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
 from transduce.decoding.ensemble import Ensemble
+from transduce.decoding.scoring import PairScore, score
 from transduce.decoding.search import search
 from transduce.decoding.searchable import Searchable
 from transduce.errors import UserError
@@ -37,6 +38,7 @@ class Translation:
     tgt_pieces: list[str] | None = None  # of the best, ending with <eos>
     attention: Tensor | None = None  # cross-attention of the best: (layers, heads, T, S)
     length: int = 0  # target tokens of the best, <eos> not counted
+    scores: PairScore | None = None  # the best's tokens' log-probabilities, as tgt_pieces
 
     @property
     def text(self) -> str:
@@ -146,7 +148,8 @@ class Translator:
 
     def translate_detailed(self, sentences: Iterable[str], *, nbest: int = 1,
                            sampling: Sampling | None = None, prefixes: list[str] | None = None,
-                           attention: bool = False, progress: bool = False,
+                           attention: bool = False, scores: bool = False,
+                           progress: bool = False,
                            on_translation: Callable[[int, Translation], None] | None = None,
                            **decode) -> list[Translation]:
         """Translations with n-best scores, and optionally the cross-attention of the best.
@@ -158,7 +161,8 @@ class Translator:
         `sampling` draws (temperature, top-k, top-p; its seed for the same draws again) instead
         of searching. `prefixes` force the start of each translation. `on_translation(i,
         translation)` is told of each sentence's as soon as it is known (before the rest of its
-        batch, whose search goes on).
+        batch, whose search goes on). `scores`: each best translation's tokens'
+        log-probabilities (`Translation.scores`, its confidence), teacher-forced.
         """
         decode = self.decode_config(**decode)
         drawing = sampling is not None
@@ -176,7 +180,8 @@ class Translator:
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         def done(i: int, hyps: list[Hypothesis]) -> None:
-            results[i] = self.result(sentences[i], sources[i], hyps, attention)
+            results[i] = self.result(sentences[i], sources[i], hyps, attention,
+                                     decode if scores else None)
             if on_translation is not None:
                 on_translation(i, results[i])
 
@@ -195,6 +200,36 @@ class Translator:
             for i, hyps in zip(batch, outputs, strict=True):
                 if results[i] is None:  # not told of already
                     done(i, hyps)
+            bar.update(len(batch))
+        bar.close()
+        return results
+
+    def score(self, sentences: Iterable[str], translations: Iterable[str], *,
+              progress: bool = False, **decode) -> list[PairScore]:
+        """How probable the model finds each translation of its sentence: its tokens'
+        log-probabilities and its score as the search ranks it (`decode`: the length penalty,
+        its form, renormalize, max_tokens, over the model's own), batched as `translate`
+        batches, in input order. The search's best translation scores the search's score."""
+        decode = self.decode_config(**decode)
+        sentences, translations = list(sentences), list(translations)
+        if len(sentences) != len(translations):
+            raise UserError(f"{len(translations)} translations for {len(sentences)} sentences")
+        sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
+        limit = self.model.config.max_positions - 1  # with <bos>, or <eos>, the positions'
+        targets = []
+        for i, text in enumerate(translations):
+            ids = self.tokenizers.tgt.encode(text)
+            if len(ids) > limit - 1:
+                log.warning("line %d: a translation of %d tokens, scored on its first %d",
+                            i + 1, len(ids), limit - 1)
+            targets.append(ids[: limit - 1])
+        results: list[PairScore | None] = [None] * len(sentences)
+        bar = tqdm(total=len(sentences), unit="pair", disable=not progress)
+        for batch in self._batches(list(range(len(sentences))), sources, decode.max_tokens):
+            found = score(self.model, self._pad([sources[i] for i in batch]),
+                          [targets[i] for i in batch], decode)
+            for i, result in zip(batch, found, strict=True):
+                results[i] = result
             bar.update(len(batch))
         bar.close()
         return results
@@ -244,12 +279,17 @@ class Translator:
         return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
 
     def result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
-               attention: bool = False) -> Translation:
+               attention: bool = False, scores: DecodeConfig | None = None) -> Translation:
         """The Translation of `sentence` (source ids `source`) from its search's hypotheses,
-        best first; with `attention`, the best's cross-attention (teacher-forced)."""
+        best first; with `attention`, the best's cross-attention (teacher-forced); with
+        `scores` (the search's settings), its tokens' log-probabilities under them."""
         decode = self.tokenizers.tgt.decode
         result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps],
                              length=len(hyps[0].tokens) if hyps else 0)
+        if scores is not None and hyps:
+            src = torch.tensor([source], device=self.device)
+            [result.scores] = score(self.model, src, [list(hyps[0].tokens)], scores)
+            result.tgt_pieces = [*self.tokenizers.tgt.pieces(hyps[0].tokens), "<eos>"]
         if attention and hyps:
             best = list(hyps[0].tokens)
             config = self.model.config

@@ -1,0 +1,85 @@
+"""`transduce score`: how probable a model finds given translations, one line of scores each."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from transduce.errors import UserError
+from transduce.files import check_output_file
+from transduce.translate_command import (
+    INTERRUPTED,
+    add_device_options,
+    check_device_options,
+    load_translator,
+    read_input,
+)
+
+COLUMNS = ("score", "log_prob", "per_token", "tokens")
+
+
+def add_score_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
+                        help="a run directory of transduce train; several: their ensemble, as "
+                             "translate searches with it")
+    parser.add_argument("--checkpoint", metavar="NAME",
+                        help="which of its checkpoints: averaged, best, latest, "
+                             "update_0007000, ... (default: averaged, else best)")
+    parser.add_argument("--tgt-lang", metavar="LANG",
+                        help="the target language, for a model of several")
+    parser.add_argument("--src", required=True, help="source sentences, one per line")
+    parser.add_argument("--tgt", required=True, help="their translations, line by line")
+    parser.add_argument("-o", "--output", help="the scores, tab-separated, one line per pair: "
+                        + ", ".join(COLUMNS) + " (default: stdout)")
+    parser.add_argument("--token-scores", action="store_true",
+                        help="a fifth column: each target token's log-probability, <eos> last, "
+                             "space-separated")
+    parser.add_argument("--length-penalty", type=float,
+                        help="alpha of the score column's length penalty, as the search's "
+                             "(default: the run's decode.length_penalty)")
+    parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: the "
+                        "run's decode.max_tokens)")
+    add_device_options(parser)
+
+
+def score(args: argparse.Namespace) -> int:
+    check_device_options(args)
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UserError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    output = (check_output_file(Path(args.output), what="-o", inputs=(args.src, args.tgt))
+              if args.output else None)
+    for path, flag in ((args.src, "--src"), (args.tgt, "--tgt")):
+        if not Path(path).is_file():
+            raise UserError(f"{flag} {path}: no such file")
+    sources, targets = read_input(args.src), read_input(args.tgt)
+    if len(sources) != len(targets):
+        raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.tgt} "
+                        f"has {len(targets)}")
+    translator = load_translator(args)
+    settings = {k: v for k, v in (("length_penalty", args.length_penalty),
+                                  ("max_tokens", args.max_tokens)) if v is not None}
+    try:
+        scores = translator.score(sources, targets, progress=sys.stderr.isatty(), **settings)
+    except KeyboardInterrupt:
+        print("transduce: interrupted: nothing written", file=sys.stderr)
+        return INTERRUPTED
+    lines = []
+    for s in scores:
+        row = [s.score, s.log_prob, s.per_token, len(s.token_log_probs)]
+        text = "\t".join(_number(v) for v in row)
+        if args.token_scores:
+            text += "\t" + " ".join(_number(v) for v in s.token_log_probs)
+        lines.append(text + "\n")
+    if output:
+        output.write_text("".join(lines), encoding="utf-8")
+    else:
+        sys.stdout.writelines(lines)
+    return 0
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "-inf" if value == -math.inf else f"{value:.6f}"
