@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -60,6 +62,33 @@ def test_a_prefix_starts_each_translation_as_the_translators(client, translator)
     surrogate = client.post("/v1/translate", content=b'{"text": ["seven"], "prefix": '
                             b'["\\ud800"]}', headers={"Content-Type": "application/json"})
     assert surrogate.status_code in (400, 422) and "prefix" in surrogate.json()["error"]
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_scores_give_each_pieces_probability_and_the_confidence(client, translator,
+                                                                continuous):
+    """The confidence is the geometric mean of the best's token probabilities, which are the
+    model's (Translator.score of the same translation); its beam score is theirs too. The same
+    through continuous batching."""
+    import math
+
+    with TestClient(make_app(translator, continuous_batching=True)) if continuous else \
+            contextlib.nullcontext(client) as served:
+        body = served.post("/v1/translate", json={"text": SENTENCES[:4], "scores": True,
+                                                   "beam_size": 3}).json()
+    texts = [t["text"] for t in body["translations"]]
+    want = translator.score(SENTENCES[:4], texts, beam_size=3)
+    for got, w in zip(body["translations"], want, strict=True):
+        assert len(got["probabilities"]) == len(got["target_pieces"]) == len(w.token_log_probs)
+        assert got["target_pieces"][-1] == "<eos>"
+        assert got["probabilities"] == pytest.approx([math.exp(p) for p in w.token_log_probs],
+                                                     rel=1e-4)
+        geometric = math.exp(sum(map(math.log, got["probabilities"])) / len(got["probabilities"]))
+        assert got["confidence"] == pytest.approx(geometric, rel=1e-5)
+        assert 0 < got["confidence"] <= 1
+        assert got["nbest"][0]["score"] == pytest.approx(w.score, abs=1e-4)
+    plain = client.post("/v1/translate", json={"text": SENTENCES[:1]}).json()["translations"][0]
+    assert plain["confidence"] is None and plain["probabilities"] is None
 
 
 def test_default_search_is_the_models_own(client, translator):

@@ -28,6 +28,7 @@ class Search:
     decode: DecodeConfig
     nbest: int = 1
     attention: bool = False
+    scores: bool = False  # the best's tokens' log-probabilities (teacher-forced)
 
 
 @dataclass
@@ -180,8 +181,8 @@ class Batcher:
         decode = {**asdict(search.decode),
                   "max_tokens": max(self.max_tokens, search.decode.max_tokens)}
         return self.translator.translate_detailed(
-            sentences, nbest=search.nbest, attention=search.attention, on_translation=answered,
-            prefixes=prefixes, **decode)
+            sentences, nbest=search.nbest, attention=search.attention, scores=search.scores,
+            on_translation=answered, prefixes=prefixes, **decode)
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

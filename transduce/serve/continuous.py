@@ -122,8 +122,9 @@ class ContinuousBatcher:
             if greedy:
                 hypotheses = [Hypothesis(0.0, 0.0, h.tokens) for h in hypotheses]
             try:
-                translation = self.translator.result(job.sentences[at], source, hypotheses,
-                                                     search_of.attention)
+                translation = self.translator.result(
+                    job.sentences[at], source, hypotheses, search_of.attention,
+                    search_of.decode if search_of.scores else None)
             except Exception as error:  # noqa: BLE001 - a bug: this request answers with it
                 log.exception("a translation failed")
                 _reject_soon(job, error)

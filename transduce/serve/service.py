@@ -160,7 +160,7 @@ class Service:
                             "try again later", headers={"Retry-After": "1"})
 
     def search(self, model: ServedModel, *, nbest: int = 1, attention: bool = False,
-               **decode) -> Search:
+               scores: bool = False, **decode) -> Search:
         """The search a request gets: the model's own settings (as `transduce translate
         --model RUN_DIR` searches) under the server's (--beam-size, ...) under the request's
         (`decode`: DecodeConfig's fields, None keeping a setting), its beam widened to hold
@@ -168,7 +168,7 @@ class Service:
         settings = {**self.settings.decode,
                     **{k: v for k, v in decode.items() if v is not None}}
         config = model.translator.decode_config(**settings)
-        return Search(_widened(config, nbest), nbest, attention)
+        return Search(_widened(config, nbest), nbest, attention, scores)
 
 
 def _widened(decode: DecodeConfig, nbest: int) -> DecodeConfig:

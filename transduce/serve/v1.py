@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -29,6 +31,9 @@ class TranslateRequest(BaseModel):
                             "averaged, with the source and target pieces")
     layer: int | None = Field(None, description="Only this decoder layer's attention (from 0; "
                               "-1 the last); default all layers")
+    scores: bool = Field(False, description="Also the best translation's confidence (the "
+                         "geometric mean of its tokens' probabilities) and each token's "
+                         "probability, with the target pieces")
     prefix: list[str] | None = Field(None, max_length=1024, description="A target prefix for "
                                      "each text (\"\" for none): its translation starts with "
                                      "it, and the search goes on from there")
@@ -61,6 +66,11 @@ class SentenceTranslation(BaseModel):
         None, description="(layers, target pieces, source pieces): the weight each target "
         "piece gives each source piece, averaged over heads")
     layers: list[int] | None = None
+    confidence: float | None = Field(
+        None, description="With scores: the geometric mean of the best translation's token "
+        "probabilities (<eos> included), in [0, 1]; low: a translation not to trust")
+    probabilities: list[float] | None = Field(
+        None, description="With scores: each target piece's probability, as target_pieces")
 
 
 class TranslateResponse(BaseModel):
@@ -122,7 +132,7 @@ def router(service: Service) -> APIRouter:
             raise ApiError(400, f"Invalid request: nbest {body.nbest} exceeds beam_size "
                                 f"{body.beam_size}")
         search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
-                                attention=body.attention)
+                                attention=body.attention, scores=body.scores)
         found = await service.translate(model, body.text, search, request, body.prefix)
         return TranslateResponse(model=model.name, source=model.source, target=model.target,
                                  translations=[_sentence(t, body.layer) for t in found])
@@ -148,4 +158,8 @@ def _sentence(t: Translation, layer: int | None) -> SentenceTranslation:
         result.attention = [weights[i].tolist() for i in chosen]
         result.layers = chosen
         result.source_pieces, result.target_pieces = t.src_pieces, t.tgt_pieces
+    if t.scores is not None:
+        result.confidence = t.scores.confidence
+        result.probabilities = [math.exp(p) for p in t.scores.token_log_probs]
+        result.target_pieces = t.tgt_pieces
     return result
