@@ -54,6 +54,7 @@ TRANSLATE = {
     "--layer": (["--attention", "MAPS", "--layer", "0"], None),
     "--heads": (["--attention", "MAPS", "--heads"], None),
     "--prefix-file": (["--prefix-file", "PREFIXES"], None),
+    "--alignments": (["--alignments", "LINKS"], None),
 }
 EVALUATE = {**COMMON, **SEARCH, "--src": ([], None), "--ref": ([], None),
             "--lowercase": (["--lowercase"], None), "--output": (["-o", "OUT"], None)}
@@ -85,7 +86,7 @@ def source(tmp_path_factory):
 def _fill(args: list[str], tmp_path) -> list[str]:
     if "PREFIXES" in args:  # a prefix for the first sentence, none for the others
         (tmp_path / "PREFIXES").write_text("sie\n\n\n")
-    return [str(tmp_path / a) if a in ("MAPS", "OUT", "PREFIXES") else a for a in args]
+    return [str(tmp_path / a) if a in ("MAPS", "OUT", "PREFIXES", "LINKS") else a for a in args]
 
 
 def _marked(options):
@@ -112,6 +113,12 @@ def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monk
         assert lines == Translator.load(run_dir).translate(SENTENCES, **{field: value})
     if "MAPS" in args:
         assert len(list((tmp_path / "MAPS").glob("*.png"))) == len(SENTENCES)
+    if "LINKS" in args:
+        translator = Translator.load(run_dir)
+        want = [translator.alignments(t)
+                for t in translator.translate_detailed(SENTENCES, attention=True)]
+        got = (tmp_path / "LINKS").read_text().splitlines()
+        assert got == [" ".join(f"{i}-{j}" for i, j in links) for links in want]
     if "PREFIXES" in args:
         assert lines == Translator.load(run_dir).translate(SENTENCES, prefixes=["sie", "", ""])
         assert lines[0].startswith("sie")

@@ -72,6 +72,9 @@ INVALID = [
     (["--interactive", "--prefix-file", "TWO"], "it takes no --prefix-file"),
     (["-i", "IN", "--split-sentences", "--prefix-file", "TWO"],
      "--split-sentences translates a line as several sentences: it takes no --prefix-file"),
+    (["--interactive", "--alignments", "TWO"], "it takes no --alignments"),
+    (["-i", "IN", "--split-sentences", "--alignments", "TWO"], "it takes no --alignments"),
+    (["-i", "IN", "--alignments", "IN"], "--alignments "),
 ]
 
 
@@ -267,3 +270,22 @@ def test_prefix_file_starts_each_translation_with_its_line(run_dir, text, tmp_pa
     assert forced[0] != plain[0] or plain[0].startswith("neun")
     translator = Translator.load(run_dir)
     assert translator.translate(text.read_text().splitlines(), prefixes=prefixes) == forced
+
+
+def test_alignments_link_words_of_each_line_in_its_own_line(run_dir, text, tmp_path):
+    """One Pharaoh line per input line, each link within its source and output words; an
+    empty input line gives an empty line."""
+    (tmp_path / "in2.txt").write_text(text.read_text() + "\nforty-two\n")
+    out, links = tmp_path / "out.txt", tmp_path / "links.txt"
+    assert main(["translate", "--model", str(run_dir), "-i", str(tmp_path / "in2.txt"), "-o",
+                 str(out), "--alignments", str(links)]) == 0
+    sources = (tmp_path / "in2.txt").read_text().splitlines()
+    outputs, lines = out.read_text().splitlines(), links.read_text().splitlines()
+    assert len(lines) == len(outputs) == len(sources) == 5
+    assert lines[3] == ""  # the empty line
+    for source, output, line in zip(sources, outputs, lines, strict=True):
+        pairs = [tuple(map(int, link.split("-"))) for link in line.split()]
+        assert all(i < len(source.split()) and j < len(output.split()) for i, j in pairs)
+        assert len(pairs) == len(set(pairs))
+        if output.strip():
+            assert {j for _, j in pairs} == set(range(len(output.split())))  # every word

@@ -106,6 +106,10 @@ def add_translate_options(parser: argparse.ArgumentParser) -> None:
                              "searching (e.g. for back-translation)")
     add_config_options(parser, Sampling, defaults=dict.fromkeys(SAMPLING_FIELDS),
                        default_text="{default}", help_prefix="with --sample: ")
+    parser.add_argument("--alignments", metavar="FILE",
+                        help="write the word alignments of each line's translation here, one "
+                             "line each, Pharaoh's i-j (source word i, target word j, from 0), "
+                             "from the penultimate decoder layer's cross-attention")
     parser.add_argument("--attention", metavar="DIR",
                         help="write one cross-attention heatmap (PNG) per sentence here")
     parser.add_argument("--layer", type=int,
@@ -138,7 +142,8 @@ def check_translate_options(args: argparse.Namespace) -> None:
     check_device_options(args)
     if args.interactive:
         for given, name in ((args.input, "-i"), (args.output, "-o"), (args.nbest > 1, "--nbest"),
-                            (args.attention, "--attention"), (args.prefix_file, "--prefix-file")):
+                            (args.attention, "--attention"), (args.prefix_file, "--prefix-file"),
+                            (args.alignments, "--alignments")):
             if given:
                 raise UserError(f"--interactive translates what you type and prints it: it "
                                 f"takes no {name}")
@@ -156,7 +161,7 @@ def check_translate_options(args: argparse.Namespace) -> None:
                                 "at random)")
     if args.split_sentences:
         for given, name in ((args.nbest > 1, "--nbest"), (args.attention, "--attention"),
-                            (args.prefix_file, "--prefix-file")):
+                            (args.prefix_file, "--prefix-file"), (args.alignments, "--alignments")):
             if given:
                 raise UserError(f"--split-sentences translates a line as several sentences: "
                                 f"it takes no {name}, which is of one sentence")
@@ -257,6 +262,9 @@ def translate(args: argparse.Namespace) -> int:
     check_translate_options(args)
     output = (check_output_file(Path(args.output), what="-o", inputs=(args.input,))
               if args.output else None)
+    alignments = (check_output_file(Path(args.alignments), what="--alignments",
+                                    inputs=(args.input, args.output, args.prefix_file))
+                  if args.alignments else None)
     for path, flag in ((args.input, "-i"), (args.prefix_file, "--prefix-file")):
         if path and not Path(path).is_file():
             raise UserError(f"{flag} {path}: no such file")
@@ -279,7 +287,7 @@ def translate(args: argparse.Namespace) -> int:
         from transduce.decoding.paragraphs import Paragraphs
 
         translator = Paragraphs(translator, _source_language(args))
-    return _translate_lines(lines, translator, options, args, output, prefixes)
+    return _translate_lines(lines, translator, options, args, output, prefixes, alignments)
 
 
 def _source_language(args: argparse.Namespace) -> str:
@@ -290,14 +298,18 @@ def _source_language(args: argparse.Namespace) -> str:
 
 def _translate_lines(lines: list[str], translator: Translator, options: dict,
                      args: argparse.Namespace, output: Path | None,
-                     prefixes: list[str] | None = None) -> int:
+                     prefixes: list[str] | None = None, alignments: Path | None = None) -> int:
     """Translate CHUNK lines at a time (sorted by length within a chunk, for full batches),
     writing each translation the moment it and every line before it are finished: an
     interrupted run keeps every finished line up to the first unfinished one, in order.
-    `prefixes`: each line's forced start of its translation."""
+    `prefixes`: each line's forced start of its translation; `alignments`: where each line's
+    word alignments go, line by line with the output."""
     from tqdm import tqdm
 
+    from transduce.decoding.alignment import pharaoh
+
     out = open(output, "w", encoding="utf-8") if output else sys.stdout
+    links = open(alignments, "w", encoding="utf-8") if alignments else None
     bar = tqdm(total=len(lines), unit="sent", disable=not (args.input and sys.stderr.isatty()))
     written, maps = 0, 0
     finished: dict[int, Translation] = {}  # by line, until every line before is written
@@ -312,14 +324,19 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
                                for text, score in result.nbest)
             else:
                 out.write(one_line(result.text) + "\n")
+            if links is not None:
+                links.write(pharaoh(translator.alignments(result)) + "\n")
             written += 1
         out.flush()
+        if links is not None:
+            links.flush()
         bar.update(1)
 
     try:
         for first in range(0, len(lines), CHUNK):
             results = translator.translate_detailed(
-                lines[first:first + CHUNK], nbest=args.nbest, attention=bool(args.attention),
+                lines[first:first + CHUNK], nbest=args.nbest,
+                attention=bool(args.attention or args.alignments),
                 on_translation=lambda i, result, first=first: write(first + i, result),
                 prefixes=prefixes[first:first + CHUNK] if prefixes else None, **options)
             if args.attention:
@@ -338,6 +355,8 @@ def _translate_lines(lines: list[str], translator: Translator, options: dict,
         bar.close()
         if output:
             out.close()
+        if links is not None:
+            links.close()
     if args.attention:
         print(f"{maps} attention maps -> {args.attention}", file=sys.stderr)
     return 0

@@ -13,7 +13,8 @@ from tqdm import tqdm
 
 from transduce import runtime
 from transduce.data.config import DataConfig
-from transduce.data.tokenizer import Tokenizers
+from transduce.data.tokenizer import Tokenizers, WordTokenizer
+from transduce.decoding.alignment import align, default_layer, words_of
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
@@ -233,6 +234,26 @@ class Translator:
             bar.update(len(batch))
         bar.close()
         return results
+
+    def alignments(self, translation: Translation,
+                   layer: int | None = None) -> list[tuple[int, int]]:
+        """Word alignments (source word, target word) of a translation made with
+        `attention=True`, from its cross-attention in `layer` (default: the penultimate;
+        transduce.decoding.alignment says why)."""
+        if translation.attention is None:
+            if translation.length == 0:  # an empty translation: nothing to align
+                return []
+            raise ValueError("alignments need the translation's attention: translate with "
+                             "attention=True")
+        layers = translation.attention.shape[0]
+        chosen = default_layer(layers) if layer is None else layer % layers
+        src_subwords = not isinstance(self.tokenizers.src, WordTokenizer)
+        tgt_subwords = not isinstance(self.tokenizers.tgt, WordTokenizer)
+        skip = len(self.tokenizers.src.encode(self.prefix)) if self.prefix else 0
+        sentence = translation.src_pieces[skip:-1]  # the user's: no language token, no <eos>
+        src_words = [None] * skip + words_of(sentence, src_subwords) + [None]
+        tgt_words = words_of(translation.tgt_pieces[:-1], tgt_subwords) + [None]
+        return align(translation.attention[chosen].mean(dim=0), src_words, tgt_words)
 
     def fits(self, sentence: str) -> bool:
         """Whether `sentence` is within the model's source length (a longer one is truncated,
