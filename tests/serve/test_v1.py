@@ -91,6 +91,18 @@ def test_scores_give_each_pieces_probability_and_the_confidence(client, translat
     assert plain["confidence"] is None and plain["probabilities"] is None
 
 
+def test_alignments_are_the_translators(client, translator):
+    body = client.post("/v1/translate", json={"text": SENTENCES[:4], "alignments": True}).json()
+    want = translator.translate_detailed(SENTENCES[:4], attention=True)
+    for got, w in zip(body["translations"], want, strict=True):
+        assert [tuple(link) for link in got["alignments"]] == translator.alignments(w)
+        assert got["attention"] is None  # not asked for
+        assert all(i < len(w.source.split()) and j < len(w.text.split())
+                   for i, j in got["alignments"])
+    plain = client.post("/v1/translate", json={"text": SENTENCES[:1]}).json()["translations"][0]
+    assert plain["alignments"] is None
+
+
 def test_default_search_is_the_models_own(client, translator):
     body = client.post("/v1/translate", json={"text": SENTENCES}).json()
     assert [t["text"] for t in body["translations"]] == translator.translate(SENTENCES)

@@ -31,6 +31,9 @@ class TranslateRequest(BaseModel):
                             "averaged, with the source and target pieces")
     layer: int | None = Field(None, description="Only this decoder layer's attention (from 0; "
                               "-1 the last); default all layers")
+    alignments: bool = Field(False, description="Also the best translation's word alignments: "
+                             "[source word, target word] pairs, from 0 over whitespace-separated "
+                             "words, from the penultimate decoder layer's cross-attention")
     scores: bool = Field(False, description="Also the best translation's confidence (the "
                          "geometric mean of its tokens' probabilities) and each token's "
                          "probability, with the target pieces")
@@ -66,6 +69,8 @@ class SentenceTranslation(BaseModel):
         None, description="(layers, target pieces, source pieces): the weight each target "
         "piece gives each source piece, averaged over heads")
     layers: list[int] | None = None
+    alignments: list[tuple[int, int]] | None = Field(
+        None, description="With alignments: [source word, target word] pairs, sorted")
     confidence: float | None = Field(
         None, description="With scores: the geometric mean of the best translation's token "
         "probabilities (<eos> included), in [0, 1]; low: a translation not to trust")
@@ -132,10 +137,13 @@ def router(service: Service) -> APIRouter:
             raise ApiError(400, f"Invalid request: nbest {body.nbest} exceeds beam_size "
                                 f"{body.beam_size}")
         search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
-                                attention=body.attention, scores=body.scores)
+                                attention=body.attention or body.alignments, scores=body.scores)
         found = await service.translate(model, body.text, search, request, body.prefix)
-        return TranslateResponse(model=model.name, source=model.source, target=model.target,
-                                 translations=[_sentence(t, body.layer) for t in found])
+        return TranslateResponse(
+            model=model.name, source=model.source, target=model.target,
+            translations=[_sentence(t, body.layer, attention=body.attention,
+                                    alignments=model.translator.alignments(t)
+                                    if body.alignments else None) for t in found])
 
     return api
 
@@ -149,10 +157,12 @@ def _model(service: Service, source: str | None, target: str | None):
     return service.model(source.lower(), target.lower())
 
 
-def _sentence(t: Translation, layer: int | None) -> SentenceTranslation:
+def _sentence(t: Translation, layer: int | None, *, attention: bool,
+              alignments: list[tuple[int, int]] | None = None) -> SentenceTranslation:
     result = SentenceTranslation(text=t.text, nbest=[Hypothesis(text=text, score=score)
-                                                     for text, score in t.nbest])
-    if t.attention is not None:
+                                                     for text, score in t.nbest],
+                                 alignments=alignments)
+    if attention and t.attention is not None:
         weights = t.attention.mean(dim=1)  # (L, T, S): heads averaged
         chosen = list(range(len(weights))) if layer is None else [layer % len(weights)]
         result.attention = [weights[i].tolist() for i in chosen]
