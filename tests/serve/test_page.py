@@ -1,5 +1,6 @@
 """The page at /, in a real browser: Debian's Chromium driven by Playwright."""
 
+import math
 import shutil
 
 import pytest
@@ -30,6 +31,25 @@ def test_type_translate_and_see_the_attention(server, translator, tmp_path):  # 
             page.click("#translate")
             sync_api.expect(page.locator("#translation li")).to_have_text([expected.text])
             sync_api.expect(page.locator("#text")).to_have_text(expected.text)
+            # each word's probability (its least probable piece's), the unsure ones marked, and
+            # the sentence's confidence: the model's, as /v1/translate "scores" gives them
+            [scored] = translator.translate_detailed(["forty-two"], scores=True)
+            least, pieces = [], scored.tgt_pieces[:-1]
+            for piece, log_prob in zip(pieces, scored.scores.token_log_probs, strict=False):
+                p = math.exp(log_prob)
+                if piece.startswith("▁") or not least:
+                    least.append(p)
+                else:
+                    least[-1] = min(least[-1], p)
+            words = page.locator("#translation li .word")
+            sync_api.expect(words).to_have_count(len(expected.text.split(" ")))
+            shown = [float(p) for p in words.evaluate_all(
+                "ws => ws.map(w => w.dataset.probability)")]
+            assert shown == pytest.approx(least, abs=1e-3)
+            unsure = words.evaluate_all("ws => ws.map(w => w.classList.contains('unsure'))")
+            assert unsure == [p < 0.5 for p in least]
+            confidence = page.locator("#translation li").first.get_attribute("data-confidence")
+            assert confidence == f"confidence {round(100 * scored.scores.confidence)}%"
             labels = page.locator("#heatmap .piece").all_text_contents()
             assert labels and not any("▁" in label for label in labels)  # pieces as words
             assert page.locator("#legend").is_visible()

@@ -4,6 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const HINT = "Hover a cell: a target piece, a source piece, and the weight it gives it.";
+const UNSURE = 0.5;   // a word whose least probable piece is below this is marked
 let models = [];
 let results = null;   // the last response's translations
 let chosen = 0;       // which sentence's attention is drawn
@@ -56,7 +57,7 @@ async function translate(event) {
       call("translate", { q: text, source: model.source, target: model.target }),
       call("v1/translate", {
         text: lines, source: model.source, target: model.target, attention: true,
-        nbest: Math.min(3, model.beam_size),
+        scores: true, nbest: Math.min(3, model.beam_size),
       }).catch(() => ({ translations: [] })),  // a line too long for one search: no picture
     ]);
     $("text").textContent = whole.translatedText;
@@ -78,7 +79,10 @@ function show() {
   if (!results.length) { $("translation").replaceChildren(); $("heatmap").replaceChildren(); return; }
   $("translation").replaceChildren(...results.map((t, i) => {
     const item = document.createElement("li");
-    item.textContent = t.text;
+    item.replaceChildren(...words(t));
+    if (t.confidence !== null && t.confidence !== undefined) {
+      item.dataset.confidence = `confidence ${Math.round(100 * t.confidence)}%`;
+    }
     item.className = i === chosen ? "chosen" : "";
     item.addEventListener("click", () => { chosen = i; show(); });
     return item;
@@ -101,6 +105,28 @@ function show() {
   }));
   if ([...$("layer").options].some((o) => o.value === current)) $("layer").value = current;
   draw();
+}
+
+// A translation's words, each with the probability of its least probable piece (a title), those
+// below UNSURE marked; its text alone where its pieces do not make its words (or no scores).
+function words(t) {
+  const texts = t.text.split(" ");
+  if (!t.probabilities || !t.target_pieces) return [document.createTextNode(t.text)];
+  const least = [];
+  t.target_pieces.slice(0, -1).forEach((piece, i) => {  // not <eos>
+    const p = t.probabilities[i];
+    if (piece.startsWith("▁") || !least.length) least.push(p);
+    else least[least.length - 1] = Math.min(least[least.length - 1], p);
+  });
+  if (least.length !== texts.length) return [document.createTextNode(t.text)];
+  return texts.flatMap((text, i) => {
+    const span = document.createElement("span");
+    span.textContent = text;
+    span.className = least[i] < UNSURE ? "word unsure" : "word";
+    span.dataset.probability = least[i].toFixed(4);
+    span.title = `probability ${Math.round(100 * least[i])}%`;
+    return i ? [document.createTextNode(" "), span] : [span];
+  });
 }
 
 function weights(t) {
