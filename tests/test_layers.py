@@ -24,7 +24,7 @@ FLOORS = [
     ("runs", {"runs"}),
     ("decoding", {"decoding"}),
     ("training", {"training"}),
-    ("commands", {"api", "cli", "quickstart", "translate_command", "serve_command",
+    ("commands", {"api", "cli", "quickstart", "translate_command", "score_command", "serve_command",
                   "models_command", "serve", "export", "importers", "visualize", "__main__"}),
 ]
 
