@@ -12,6 +12,7 @@ from transduce.files import check_output_file
 from transduce.translate_command import (
     INTERRUPTED,
     add_device_options,
+    add_model_options,
     check_device_options,
     load_translator,
     read_input,
@@ -21,14 +22,7 @@ COLUMNS = ("score", "log_prob", "per_token", "tokens")
 
 
 def add_score_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
-                        help="a run directory of transduce train; several: their ensemble, as "
-                             "translate searches with it")
-    parser.add_argument("--checkpoint", metavar="NAME",
-                        help="which of its checkpoints: averaged, best, latest, "
-                             "update_0007000, ... (default: averaged, else best)")
-    parser.add_argument("--tgt-lang", metavar="LANG",
-                        help="the target language, for a model of several")
+    add_model_options(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--tgt", required=True, help="their translations, line by line")
     parser.add_argument("-o", "--output", help="the scores, tab-separated, one line per pair: "

@@ -43,6 +43,13 @@ def at_least(low: float, kind=int):
 
 
 def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
+    add_model_options(parser)
+    add_decode_options(parser)
+    add_device_options(parser)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """Which model: --model, --checkpoint, --tgt-lang."""
     parser.add_argument("--model", required=True, nargs="+", metavar="DIR",
                         help="a run directory of transduce train; several: their ensemble (one "
                              "tokenizer), each next token's probability the mean of theirs")
@@ -53,8 +60,6 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tgt-lang", metavar="LANG",
                         help="the language to translate into, for a model of several target "
                              "languages (trained on data.corpora with language tokens)")
-    add_decode_options(parser)
-    add_device_options(parser)
 
 
 def add_decode_options(parser: argparse.ArgumentParser,

@@ -300,16 +300,16 @@ class Translator:
         return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
 
     def result(self, sentence: str, source: list[int], hyps: list[Hypothesis],
-               attention: bool = False, scores: DecodeConfig | None = None) -> Translation:
+               attention: bool = False, score_with: DecodeConfig | None = None) -> Translation:
         """The Translation of `sentence` (source ids `source`) from its search's hypotheses,
         best first; with `attention`, the best's cross-attention (teacher-forced); with
-        `scores` (the search's settings), its tokens' log-probabilities under them."""
+        `score_with` (the search's settings), its tokens' log-probabilities under them."""
         decode = self.tokenizers.tgt.decode
         result = Translation(sentence, [(decode(h.tokens), h.score) for h in hyps],
                              length=len(hyps[0].tokens) if hyps else 0)
-        if scores is not None and hyps:
+        if score_with is not None and hyps:
             src = torch.tensor([source], device=self.device)
-            [result.scores] = score(self.model, src, [list(hyps[0].tokens)], scores)
+            [result.scores] = score(self.model, src, [list(hyps[0].tokens)], score_with)
             result.tgt_pieces = [*self.tokenizers.tgt.pieces(hyps[0].tokens), "<eos>"]
         if attention and hyps:
             best = list(hyps[0].tokens)
