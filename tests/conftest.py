@@ -51,7 +51,8 @@ needs_multi30k = pytest.mark.skipif(
     reason=f"Multi30k not found at {MULTI30K} (set TRANSDUCE_SHARED_DATA to the shared corpora)")
 
 
-SEARCH = ("nbest", "prefixes", "use_cache", "on_done", "generator")  # not DecodeConfig's
+SEARCH = ("nbest", "prefixes", "constraints", "use_cache", "on_done",
+          "generator")  # not DecodeConfig's
 
 
 def beam_with(model, src, **settings):

@@ -55,9 +55,11 @@ TRANSLATE = {
     "--heads": (["--attention", "MAPS", "--heads"], None),
     "--prefix-file": (["--prefix-file", "PREFIXES"], None),
     "--alignments": (["--alignments", "LINKS"], None),
+    "--glossary": (["--glossary", "GLOSSARY"], None),
 }
 EVALUATE = {**COMMON, **SEARCH, "--src": ([], None), "--ref": ([], None),
-            "--lowercase": (["--lowercase"], None), "--output": (["-o", "OUT"], None)}
+            "--lowercase": (["--lowercase"], None), "--output": (["-o", "OUT"], None),
+            "--glossary": (["--glossary", "GLOSSARY", "-o", "OUT"], None)}
 # the dtypes beside --dtype's value above
 DTYPES = ["float32", "bfloat16", "float16"]
 
@@ -86,7 +88,10 @@ def source(tmp_path_factory):
 def _fill(args: list[str], tmp_path) -> list[str]:
     if "PREFIXES" in args:  # a prefix for the first sentence, none for the others
         (tmp_path / "PREFIXES").write_text("sie\n\n\n")
-    return [str(tmp_path / a) if a in ("MAPS", "OUT", "PREFIXES", "LINKS") else a for a in args]
+    if "GLOSSARY" in args:  # a term of the second sentence only
+        (tmp_path / "GLOSSARY").write_text("ninety-nine\tQQ\n")
+    return [str(tmp_path / a) if a in ("MAPS", "OUT", "PREFIXES", "LINKS", "GLOSSARY") else a
+            for a in args]
 
 
 def _marked(options):
@@ -122,6 +127,9 @@ def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monk
     if "PREFIXES" in args:
         assert lines == Translator.load(run_dir).translate(SENTENCES, prefixes=["sie", "", ""])
         assert lines[0].startswith("sie")
+    if "GLOSSARY" in args:
+        assert lines == Translator.load(run_dir).translate(SENTENCES, terms=[[], ["QQ"], []])
+        assert "QQ" in lines[1]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -144,6 +152,10 @@ def test_evaluate_runs_with_each_option(option, run_dir, source, tmp_path, capsy
     if option == "--output":
         hypotheses = (tmp_path / "OUT").read_text().splitlines()
         assert hypotheses == Translator.load(run_dir).translate(SENTENCES)
+    if option == "--glossary":
+        hypotheses = (tmp_path / "OUT").read_text().splitlines()
+        assert "QQ" in hypotheses[1] and hypotheses == \
+            Translator.load(run_dir).translate(SENTENCES, terms=[[], ["QQ"], []])
     if setting is not None:
         field, value = setting
         expected = Translator.load(run_dir).translate(SENTENCES, **{field: value})

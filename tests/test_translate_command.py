@@ -75,6 +75,10 @@ INVALID = [
     (["--interactive", "--alignments", "TWO"], "it takes no --alignments"),
     (["-i", "IN", "--split-sentences", "--alignments", "TWO"], "it takes no --alignments"),
     (["-i", "IN", "--alignments", "IN"], "--alignments "),
+    (["-i", "IN", "--glossary", "missing.tsv"], "missing.tsv: no such glossary file"),
+    (["-i", "IN", "--glossary", "TWO"], "two:1: expected 'source term<TAB>target term', got "),
+    (["-i", "IN", "--glossary", "CLASH"], "clash: glossary: 'Neun' has two target terms"),
+    (["--sample", "--glossary", "TWO"], "it takes no --glossary"),
 ]
 
 
@@ -82,7 +86,9 @@ INVALID = [
 def test_an_invalid_option_is_one_line_with_exit_2(run_dir, text, tmp_path, capsys, options,
                                                    message):
     (tmp_path / "two").write_text("neun\nsieben\n")  # two lines: the input has three
-    named = {"IN": str(text), "MAPS": str(tmp_path / "maps"), "TWO": str(tmp_path / "two")}
+    (tmp_path / "clash").write_text("Neun\t9\n\nNeun\tnine\n")
+    named = {"IN": str(text), "MAPS": str(tmp_path / "maps"), "TWO": str(tmp_path / "two"),
+             "CLASH": str(tmp_path / "clash")}
     options = [named.get(o, o) for o in options]
     code, err = _run(["translate", "--model", str(run_dir), *options], capsys)
     assert code == 2, err

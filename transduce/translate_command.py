@@ -99,6 +99,7 @@ def add_translate_options(parser: argparse.ArgumentParser) -> None:
                         help="target prefixes, one a line beside the input's: each translation "
                              "starts with its line's prefix and the search goes on from it (an "
                              "empty line: none)")
+    add_glossary_option(parser)
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line as you type it (Ctrl-D or Ctrl-C to quit)")
     parser.add_argument("--split-sentences", action="store_true",
@@ -124,12 +125,21 @@ def add_translate_options(parser: argparse.ArgumentParser) -> None:
                         help="with --attention: a grid of every head instead of their average")
 
 
+def add_glossary_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--glossary", metavar="FILE",
+                        help="a TSV of source term<TAB>target term: where a line holds a source "
+                             "term (whole words; in any case if written in lower case, else as "
+                             "written), its translation contains the target term (lexically "
+                             "constrained beam search)")
+
+
 def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     add_model_and_search_options(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, line by line")
     parser.add_argument("--lowercase", action="store_true",
                         help="case-insensitive scores (sacreBLEU -lc)")
+    add_glossary_option(parser)
     parser.add_argument("-o", "--output", help="also write the translations here")
 
 
@@ -155,7 +165,8 @@ def check_translate_options(args: argparse.Namespace) -> None:
     sampling_options(args)
     if args.sample:
         for given, name in ((args.beam_size, "beam_size"), (args.length_penalty, "length_penalty"),
-                            (args.stopping, "stopping"), (args.nbest > 1, "nbest")):
+                            (args.stopping, "stopping"), (args.nbest > 1, "nbest"),
+                            (args.glossary, "glossary")):
             if given:
                 raise UserError(f"--sample draws one translation instead of searching: it "
                                 f"takes no {_flag(name)}")
@@ -226,8 +237,14 @@ def check_against_run(args: argparse.Namespace) -> None:
 
 
 def search_options(args: argparse.Namespace) -> dict:
-    """The search settings the options give: DecodeConfig's fields, and sampling's."""
-    return {**decode_options(args), "sampling": sampling_options(args)}
+    """The search settings the options give: DecodeConfig's fields, sampling's, the glossary
+    (read and checked here, before the model is loaded)."""
+    options = {**decode_options(args), "sampling": sampling_options(args)}
+    if getattr(args, "glossary", None):
+        from transduce.decoding.glossary import Glossary
+
+        options["glossary"] = Glossary.read(args.glossary)
+    return options
 
 
 def load_translator(args: argparse.Namespace) -> Translator:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from transduce.decoding import constraints as lexical
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.ranking import top_k
 from transduce.decoding.searchable import Searchable
@@ -49,13 +50,16 @@ def length_penalty(length: int | Tensor, alpha: float, form: str = "gnmt"):
 
 @torch.no_grad()
 def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
-                nbest: int = 1, prefixes: list[list[int]] | None = None, use_cache: bool = True,
+                nbest: int = 1, prefixes: list[list[int]] | None = None,
+                constraints: list[list[list[int]]] | None = None, use_cache: bool = True,
                 on_done: Callable[[int, list[Hypothesis]], None] | None = None,
                 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses of each source in src (B, S), best first, searched as
     `decode` says (beam_size, length_penalty, length_normalization, stopping, the length limits,
-    renormalize). `prefixes` force the first target tokens of each sentence. `on_done(i,
-    hypotheses)` is told of each sentence's as soon as its search is over."""
+    renormalize). `prefixes` force the first target tokens of each sentence; `constraints`
+    give each sentence token sequences that its outputs must contain (a glossary's terms:
+    transduce.decoding.constraints). `on_done(i, hypotheses)` is told of each sentence's as
+    soon as its search is over."""
     config = model.config
     eos, k, alpha = config.eos_id, decode.beam_size, decode.length_penalty
     form, min_len, renormalize = decode.length_normalization, decode.min_len, decode.renormalize
@@ -66,8 +70,15 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
     forced, forced_len = forced_prefix(prefixes, batch, device)
     limits = max_output_lengths(steps.src_lengths, decode, config.max_positions)
     limits = torch.maximum(limits, forced_len)
+    table = progress = None
+    if constraints is not None and any(map(any, constraints)):
+        table = lexical.Constraints.of(constraints, device)
+        limits = torch.maximum(limits, forced_len + table.totals).clamp(
+            max=config.max_positions - 2)  # where they do not fit, the best that does not meet them
+        progress = lexical.Progress.start(batch, 1, device)
     steps.limit(int(limits.max()) + 1)  # <bos> and a token for each step
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
+    fallback: list[list[Hypothesis]] = [[] for _ in range(batch)]  # constraints unmet at limit
     active = torch.arange(batch, device=device)  # the sentence of each group of `width` rows
     # all beams start equal, so the first step runs one row per sentence (the same work k times
     # over otherwise) and its k best extensions become the k beams
@@ -89,9 +100,15 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
             allowed = forced[active, step].clamp(min=0)
             keep = F.one_hot(allowed, vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
+        if table is not None:
+            lexical.forbid_unmet_eos(log_probs, progress, table, at_limit, eos)
         if renormalize:  # over the tokens this step allows (Hugging Face's renormalize_logits)
             log_probs = torch.log_softmax(log_probs, dim=-1)
         top_scores, beam, token = _best_extensions(scores, log_probs, 2 * k)  # (n, 2k) each
+        if table is not None:  # in the order beams are filled from them
+            top_scores, beam, token, after = lexical.extensions(
+                table, progress, scores, log_probs, top_scores, beam, token)
+            complete = after.complete(table).tolist()
         is_eos = token.eq(eos) & top_scores.isfinite()
 
         # finished hypotheses: <eos> among a sentence's top k candidates
@@ -99,7 +116,8 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
         if hits:
             prefix = tokens.view(n, width, -1)
             for row, rank in hits:
-                _add(finished[int(active[row])], nbest, Hypothesis(
+                met = table is None or complete[row][rank]
+                _add((finished if met else fallback)[int(active[row])], nbest, Hypothesis(
                     float(top_scores[row, rank]) / length_penalty(step + 1, alpha, form),
                     float(top_scores[row, rank]),
                     tuple(prefix[row, beam[row, rank]].tolist())))
@@ -110,6 +128,8 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
             order = order.gather(1, _in_parents_rows(beam.gather(1, order)))
         scores = top_scores.gather(1, order)
         beam, token = beam.gather(1, order), token.gather(1, order)
+        if table is not None:
+            progress = after.gather(order)
         rows = (torch.arange(n, device=device)[:, None] * width + beam).view(-1)
         tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
         if width == 1:  # each sentence's row becomes its k beams (which share its source side)
@@ -123,16 +143,25 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
                      exact=decode.stopping == "exact")
         if on_done is not None:
             for sentence in active[done].tolist():
-                on_done(sentence, sorted(finished[sentence], reverse=True)[:nbest])
+                on_done(sentence, _best(finished[sentence], fallback[sentence], nbest))
         if done.all():
             break
         if done.any():
             keep = compacting_order(done)
             active, scores = active[keep], scores[keep]
+            if table is not None:
+                table, progress = table.select(keep), progress.select(keep)
             rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
             tokens = tokens.index_select(0, rows)
             steps.select(keep)
-    return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
+    return [_best(hyps, unmet, nbest) for hyps, unmet in zip(finished, fallback, strict=True)]
+
+
+def _best(finished: list[Hypothesis], fallback: list[Hypothesis], nbest: int
+          ) -> list[Hypothesis]:
+    """The nbest best of `finished`, made up from `fallback` (hypotheses that did not meet
+    their constraints) where there are fewer."""
+    return (sorted(finished, reverse=True) + sorted(fallback, reverse=True))[:nbest]
 
 
 def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -19,6 +19,7 @@ from transduce.decoding.beam import Hypothesis
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
 from transduce.decoding.ensemble import Ensemble
+from transduce.decoding.glossary import Glossary
 from transduce.decoding.scoring import PairScore, score
 from transduce.decoding.search import search
 from transduce.decoding.searchable import Searchable
@@ -149,6 +150,8 @@ class Translator:
 
     def translate_detailed(self, sentences: Iterable[str], *, nbest: int = 1,
                            sampling: Sampling | None = None, prefixes: list[str] | None = None,
+                           glossary: Glossary | None = None,
+                           terms: list[list[str]] | None = None,
                            attention: bool = False, scores: bool = False,
                            progress: bool = False,
                            on_translation: Callable[[int, Translation], None] | None = None,
@@ -160,7 +163,10 @@ class Translator:
         Sentences are batched by `max_tokens` source tokens, longest first, and returned in
         input order. An empty sentence gives an empty translation. Beam size 1 is greedy search;
         `sampling` draws (temperature, top-k, top-p; its seed for the same draws again) instead
-        of searching. `prefixes` force the start of each translation. `on_translation(i,
+        of searching. `prefixes` force the start of each translation. `glossary`: the target
+        terms of the source terms each sentence holds must appear in its translations, and
+        `terms` (one list per sentence) too (lexically constrained beam search, even with a beam
+        of 1: transduce.decoding.constraints). `on_translation(i,
         translation)` is told of each sentence's as soon as it is known (before the rest of its
         batch, whose search goes on). `scores`: each best translation's tokens'
         log-probabilities (`Translation.scores`, its confidence), teacher-forced.
@@ -175,6 +181,7 @@ class Translator:
         forced = [self.encode_prefix(p) for p in prefixes] if prefixes else None
         if forced is not None and len(forced) != len(sentences):
             raise UserError(f"{len(prefixes)} prefixes for {len(sentences)} sentences")
+        constraints = self.constraints(sentences, glossary, terms)
         generator = None  # one for all batches: the draws of a seed do not depend on batching
         if sampling is not None and sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
@@ -196,6 +203,8 @@ class Translator:
             outputs = search(self.model, src, decode, nbest=nbest, sampling=sampling,
                              generator=generator,
                              prefixes=[forced[i] for i in batch] if forced else None,
+                             constraints=[constraints[i] for i in batch] if constraints
+                             else None,
                              on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
                              if on_translation is not None else None)
             for i, hyps in zip(batch, outputs, strict=True):
@@ -270,6 +279,18 @@ class Translator:
                         limit)
             ids = ids[:limit]
         return [*ids, self.model.config.eos_id]
+
+    def constraints(self, sentences: list[str], glossary: Glossary | None = None,
+                    terms: list[list[str]] | None = None) -> list[list[list[int]]] | None:
+        """Each sentence's target terms as token ids: those of `glossary` whose source term it
+        holds, then its own `terms`; None where there are none at all."""
+        if terms is not None and len(terms) != len(sentences):
+            raise UserError(f"{len(terms)} lists of terms for {len(sentences)} sentences")
+        wanted = [(glossary.terms(s) if glossary else []) + list(terms[i] if terms else [])
+                  for i, s in enumerate(sentences)]
+        if not any(wanted):
+            return None
+        return [[self.tokenizers.tgt.encode(t) for t in ts] for ts in wanted]
 
     def encode_prefix(self, prefix: str) -> list[int]:
         """A target prefix's token ids, which the translation is made to start with ("": none)."""
