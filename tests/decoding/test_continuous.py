@@ -21,7 +21,8 @@ def _sources(n: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randint(4, 49) for _ in range(rng.randint(1, 14))] + [EOS] for _ in range(n)]
 
 
-def _arriving(search: ContinuousSearch, sources, prefixes=None, seed: int = 0) -> dict:
+def _arriving(search: ContinuousSearch, sources, prefixes=None, seed: int = 0,
+              constraints=None) -> dict:
     """Sentences joining in small groups every few steps, until all are finished."""
     rng = random.Random(seed)
     queue, found, step = list(range(len(sources))), {}, 0
@@ -30,7 +31,8 @@ def _arriving(search: ContinuousSearch, sources, prefixes=None, seed: int = 0) -
             group = queue[:rng.randint(1, 5)]
             queue = queue[len(group):]
             search.join([sources[i] for i in group], group,
-                        [prefixes[i] for i in group] if prefixes else None)
+                        [prefixes[i] for i in group] if prefixes else None,
+                        [constraints[i] for i in group] if constraints else None)
         for owner, hypotheses in search.step():
             assert owner not in found
             found[owner] = hypotheses
@@ -71,6 +73,26 @@ def test_forced_prefixes_and_an_ensemble_join_too():
         found = _arriving(ContinuousSearch(model, decode), sources, prefixes, seed=2)
         assert [found[i][0].tokens for i in range(len(sources))] == [h[0].tokens for h in alone]
         assert all(found[i][0].tokens[:len(p)] == tuple(p) for i, p in enumerate(prefixes))
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_sentences_with_constraints_join_and_get_what_beam_search_gives_alone(beam_size):
+    model = _model_that_stops()
+    sources = _sources(16, seed=3)
+    # some with none, so that some groups join with none beside some with
+    constraints = [[[], [[10]], [[11, 12, 13]], [[14], [15, 16]]][i % 4] if i % 5 else []
+                   for i in range(len(sources))]
+    prefixes = [[7] if i % 3 == 0 else [] for i in range(len(sources))]
+    decode = DecodeConfig(beam_size=beam_size, max_len_b=10)
+    alone = [beam_search(model, torch.tensor([s]), decode, prefixes=[p], constraints=[c])[0]
+             for s, p, c in zip(sources, prefixes, constraints, strict=True)]
+    found = _arriving(ContinuousSearch(model, decode), sources, prefixes, seed=4,
+                      constraints=constraints)
+    assert [found[i][0].tokens for i in range(len(sources))] == [h[0].tokens for h in alone]
+    for i, terms in enumerate(constraints):
+        for term in terms:
+            assert any(found[i][0].tokens[j : j + len(term)] == tuple(term)
+                       for j in range(len(found[i][0].tokens)))
 
 
 def test_a_busy_search_keeps_its_cache_short():

@@ -122,3 +122,30 @@ def test_prefixes_are_each_sentences_own_in_a_batch_with_others(translator, engi
         assert [t.text for t in got] == [t.text for t in alone]
         for t, prefix in zip(got, forced or ["", ""], strict=True):
             assert t.text.startswith(prefix)
+
+
+@pytest.mark.parametrize("engine", ["batcher", "continuous"])
+def test_terms_are_each_sentences_own_in_a_batch_with_others(translator, engine):
+    """Requests with glossary terms batched with requests without: each gets what it gets
+    alone, its translations holding their terms."""
+    from transduce.serve.continuous import ContinuousBatcher
+
+    batcher = (Batcher(translator, wait=0.05) if engine == "batcher"
+               else ContinuousBatcher(translator))
+    beam = _search(translator, 3)
+    terms = [[["ZZ"], []], None, [[], ["QQ", "neun"]], None]
+    requests = [(SENTENCES[2 * i:2 * i + 2], t) for i, t in enumerate(terms)]
+
+    async def main():
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.translate(s, beam, None, t)
+                                          for s, t in requests))
+        finally:
+            await batcher.stop()
+    results = asyncio.run(main())
+    for (sentences, wanted), got in zip(requests, results, strict=True):
+        alone = translator.translate_detailed(sentences, beam_size=3, terms=wanted)
+        assert [t.text for t in got] == [t.text for t in alone]
+        for t, words in zip(got, wanted or [[], []], strict=True):
+            assert all(w in t.text for w in words)

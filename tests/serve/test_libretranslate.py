@@ -8,6 +8,8 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from transduce.decoding.glossary import Glossary
+
 from .conftest import SENTENCES, make_app
 
 
@@ -65,6 +67,41 @@ def test_alternatives_are_the_other_hypotheses(client, translator):
     body = response.json()
     assert body["translatedText"] == t.text
     assert body["alternatives"] == [text for text, _ in t.nbest[1:] if text != t.text]
+
+
+def test_a_glossary_of_our_own_beside_libretranslates_fields(client, translator):
+    """JSON gives it as an object, a form as lines of source<TAB>target; every sentence of the
+    text, plain or HTML, holds the terms of its source terms."""
+    glossary = {"seven": "SIEBEN", "twelve": "ZWOELF"}
+    seven, twelve = translator.translate(["seven", "twelve"],
+                                         glossary=Glossary.of(glossary))
+    assert "SIEBEN" in seven and "ZWOELF" in twelve
+    fields = {"q": "seven\n\ntwelve", "source": "en", "target": "de"}
+    as_json = client.post("/translate", json={**fields, "glossary": glossary})
+    assert as_json.json() == {"translatedText": f"{seven}\n\n{twelve}"}
+    as_form = client.post("/translate", data={**fields, "glossary": "seven\tSIEBEN\n"
+                                                                     "twelve\tZWOELF\n"})
+    assert as_form.json() == {"translatedText": f"{seven}\n\n{twelve}"}
+    html = client.post("/translate", json={"q": "<p>seven <b>twelve</b></p>", "source": "en",
+                                           "target": "de", "format": "html",
+                                           "glossary": glossary})
+    assert html.json()["translatedText"] == f"<p>{seven} <b>{twelve}</b></p>"
+
+
+@pytest.mark.parametrize(("glossary", "error"), [
+    (["seven", "7"], "glossary must be an object of source term: target term"),
+    ({"seven": ""}, "glossary: a term must be a string of 1 to 200 characters, got ''"),
+    ({"seven": 7}, "glossary: a term must be a string of 1 to 200 characters, got 7"),
+    ({"x" * 201: "y"}, "glossary: a term must be a string of 1 to 200 characters"),
+    ({str(i): "x" for i in range(1001)}, "glossary: at most 1000 entries, got 1001"),
+    ({"seven": "7", "seven ": "8"}, "glossary: 'seven ' has two target terms, '7' and '8'"),
+    ("seven 7", "glossary: each line is source term<TAB>target term"),
+])
+def test_a_bad_glossary_is_a_400_naming_it(client, glossary, error):
+    response = client.post("/translate", json={"q": "seven", "source": "en", "target": "de",
+                                               "glossary": glossary})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(f"Invalid request: {error}")
 
 
 def test_auto_source_with_one_source_language(client, translator):

@@ -118,3 +118,32 @@ def test_the_page_shows_an_error_from_the_server(server):  # noqa: F811
             sync_api.expect(page.locator("#translate")).to_be_enabled()
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (apt-get install -y chromium)")
+def test_the_glossary_box_holds_its_terms_in_the_translation(server, translator):  # noqa: F811
+    from transduce.decoding.glossary import Glossary
+
+    _, url = server()
+    glossary = Glossary.of({"seven": "SIEBEN", "twelve": "ZWOELF"})
+    expected = translator.translate(["seven.", "twelve"], glossary=glossary)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM,
+                                             args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(url + "/")
+            sync_api.expect(page.locator("#translate")).to_be_enabled()
+            page.click("#glossary-box summary")
+            page.fill("#glossary", "seven = SIEBEN\ntwelve\tZWOELF\n")
+            page.fill("#source", "seven.\ntwelve")
+            page.click("#translate")
+            sync_api.expect(page.locator("#text")).to_have_text("\n".join(expected))
+            sync_api.expect(page.locator("#translation li")).to_have_count(2)
+            listed = page.locator("#translation li").all_text_contents()
+            assert "SIEBEN" in listed[0] and "ZWOELF" in listed[1]
+            page.fill("#glossary", "seven SIEBEN")
+            page.click("#translate")
+            sync_api.expect(page.locator("#error")).to_contain_text("Glossary line 1")
+        finally:
+            browser.close()

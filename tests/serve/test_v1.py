@@ -4,6 +4,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from transduce.decoding.glossary import Glossary
+
 from .conftest import SENTENCES, make_app
 
 
@@ -91,6 +93,23 @@ def test_scores_give_each_pieces_probability_and_the_confidence(client, translat
     assert plain["confidence"] is None and plain["probabilities"] is None
 
 
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_glossary_holds_in_every_translation_as_the_translators(client, translator,
+                                                                  continuous):
+    glossary = {"seven": "SIEBEN", "hundred": "hundert", "Forty": "VIERZIG", "two": "ZWO"}
+    with TestClient(make_app(translator, continuous_batching=True)) if continuous else \
+            contextlib.nullcontext(client) as served:
+        body = served.post("/v1/translate", json={"text": SENTENCES[:4], "glossary": glossary,
+                                                   "beam_size": 3, "nbest": 2}).json()
+    found = Glossary.of(glossary)
+    want = translator.translate_detailed(SENTENCES[:4], beam_size=3, nbest=2, glossary=found)
+    got = body["translations"]
+    assert [t["text"] for t in got] == [t.text for t in want]
+    for sentence, t in zip(SENTENCES[:4], got, strict=True):
+        assert all(term in t["text"] for term in found.terms(sentence))
+    assert "SIEBEN" in got[0]["text"] and "VIERZIG" not in got[2]["text"]  # "Forty" as written
+
+
 def test_alignments_are_the_translators(client, translator):
     body = client.post("/v1/translate", json={"text": SENTENCES[:4], "alignments": True}).json()
     want = translator.translate_detailed(SENTENCES[:4], attention=True)
@@ -124,6 +143,15 @@ def test_default_search_is_the_models_own(client, translator):
      "not permitted"),
     ({"text": ["seven", "eight"], "prefix": ["sie"]}, 400,
      "Invalid request: 1 prefixes for 2 texts (one each, \"\" for none)"),
+    ({"text": ["seven"], "glossary": {"seven": " "}}, 422,
+     "Invalid request: glossary: Value error, a term must have 1 to 200 characters, got ' '"),
+    ({"text": ["seven"], "glossary": {"seven": "7", "Seven ": "sieben", "seven ": "8"}}, 400,
+     "Invalid request: glossary: 'seven ' has two target terms, '7' and '8'"),
+    ({"text": ["seven"], "glossary": ["seven", "7"]}, 422,
+     "Invalid request: glossary: Input should be a valid dictionary"),
+    ({"text": ["seven"], "glossary": {str(i): "x" for i in range(1001)}}, 422,
+     "Invalid request: glossary: Dictionary should have at most 1000 items after validation, "
+     "not more"),
 ])
 def test_errors(client, body, status, error):
     response = client.post("/v1/translate", json=body)

@@ -19,9 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from transduce.decoding import constraints as lexical
 from transduce.decoding.beam import (
     Hypothesis,
     _add,
+    _best,
     _best_extensions,
     _in_parents_rows,
     length_penalty,
@@ -37,6 +39,7 @@ class _Sentence:
     limit: int  # output tokens before <eos> at most
     forced: list[int]  # its first tokens, forced
     finished: list[Hypothesis] = field(default_factory=list)  # a min-heap of the n-best
+    fallback: list[Hypothesis] = field(default_factory=list)  # ... of those short of constraints
 
 
 class ContinuousSearch:
@@ -56,6 +59,8 @@ class ContinuousSearch:
         self._tokens: Tensor | None = None  # (n * k, t) prefixes, the latest t tokens
         self._limits: Tensor | None = None  # (n,) each sentence's length limit
         self._forcing = False  # whether any sentence has a forced prefix
+        self._table: lexical.Constraints | None = None  # each sentence's constraints, if any has
+        self._progress: lexical.Progress | None = None  # (n, k) each beam's through them
 
     @property
     def active(self) -> int:
@@ -71,8 +76,10 @@ class ContinuousSearch:
         return next(self.model.parameters()).device
 
     def join(self, sources: list[list[int]], owners: list[Hashable],
-             prefixes: list[list[int]] | None = None) -> None:
-        """Sentences (token ids, <eos> included) that start at the next step."""
+             prefixes: list[list[int]] | None = None,
+             constraints: list[list[list[int]]] | None = None) -> None:
+        """Sentences (token ids, <eos> included) that start at the next step, each with its
+        forced prefix and its constraints (token sequences its outputs must contain), if any."""
         config, device, k = self.model.config, self.device, self.k
         width = max(map(len, sources))
         src = torch.tensor([s + [config.pad_id] * (width - len(s)) for s in sources],
@@ -80,10 +87,22 @@ class ContinuousSearch:
         limits = max_output_lengths(torch.tensor([len(s) for s in sources]), self.decode,
                                     config.max_positions).tolist()
         prefixes = prefixes or [[] for _ in sources]
-        joining = [_Sentence(owner, max(limit, len(forced)), forced)
-                   for owner, limit, forced in zip(owners, limits, prefixes, strict=True)]
+        table = lexical.Constraints.of(constraints or [[] for _ in sources], "cpu")
+        needed = table.totals.tolist()  # constraint tokens: the limit makes room for them
+        joining = [_Sentence(owner, min(max(limit, len(forced) + need), config.max_positions - 2),
+                             forced)
+                   for owner, limit, forced, need in zip(owners, limits, prefixes, needed,
+                                                          strict=True)]
         self.sentences += joining
         self._forcing |= any(s.forced for s in joining)
+        table = lexical.Constraints(table.tokens.to(device), table.lengths.to(device))
+        progress = lexical.Progress.start(len(sources), k, device)
+        if self._table is not None or table.tokens.shape[1]:
+            if self._table is None:  # those searched already have none
+                n = len(self.sentences) - len(sources)
+                self._table = lexical.Constraints.of([[] for _ in range(n)], device)
+                self._progress = lexical.Progress.start(n, k, device)
+            self._table, self._progress = self._table.cat(table), self._progress.cat(progress)
         limits = torch.tensor([s.limit for s in joining], device=device)
         self.source_tokens += [len(s) for s in sources]
         scores = torch.full((len(sources), k), float("-inf"), device=device)
@@ -128,9 +147,16 @@ class ContinuousSearch:
             keep = F.one_hot(torch.tensor([t for _, t in forced], device=own.device),
                              vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep, float("-inf"))
+        table = self._table
+        if table is not None:
+            lexical.forbid_unmet_eos(log_probs, self._progress, table, at_limit, eos)
         if decode.renormalize:
             log_probs = torch.log_softmax(log_probs, dim=-1)
         top_scores, beam, token = _best_extensions(self._scores, log_probs, 2 * k)
+        if table is not None:  # in the order beams are filled from them
+            top_scores, beam, token, after = lexical.extensions(
+                table, self._progress, self._scores, log_probs, top_scores, beam, token)
+            complete = after.complete(table).tolist()
         is_eos = token.eq(eos) & top_scores.isfinite()
 
         hits = is_eos[:, :k].nonzero().tolist()
@@ -139,7 +165,9 @@ class ContinuousSearch:
             for row, rank in hits:
                 length = steps_taken[row]
                 tokens = prefix[row, beam[row, rank]]
-                _add(self.sentences[row].finished, self.nbest, Hypothesis(
+                sentence = self.sentences[row]
+                met = table is None or complete[row][rank]
+                _add(sentence.finished if met else sentence.fallback, self.nbest, Hypothesis(
                     float(top_scores[row, rank]) / length_penalty(
                         length + 1, decode.length_penalty, decode.length_normalization),
                     float(top_scores[row, rank]),
@@ -151,6 +179,8 @@ class ContinuousSearch:
         order = torch.where((own > 0)[:, None], moved, order)
         self._scores = top_scores.gather(1, order)
         beam, token = beam.gather(1, order), token.gather(1, order)
+        if table is not None:
+            self._progress = after.gather(order)
         rows = (torch.arange(n, device=own.device)[:, None] * k + beam).view(-1)
         longest = int(own.max()) + 1
         self._tokens = torch.cat([self._tokens.index_select(0, rows), token.view(-1, 1)],
@@ -163,10 +193,11 @@ class ContinuousSearch:
         if not done.any():
             return []
         found = [(self.sentences[i].owner,
-                  sorted(self.sentences[i].finished, reverse=True)[: self.nbest])
+                  _best(self.sentences[i].finished, self.sentences[i].fallback, self.nbest))
                  for i in done.nonzero().squeeze(1).tolist()]
         if done.all():  # empty: the next join starts a new batch
             self.steps, self.sentences, self.source_tokens = None, [], []
+            self._table = self._progress = None
             return found
         keep = compacting_order(done)
         kept = keep.tolist()
@@ -174,6 +205,8 @@ class ContinuousSearch:
         self.source_tokens = [self.source_tokens[i] for i in kept]
         self._own, self._scores = self._own[keep], self._scores[keep]
         self._limits = self._limits[keep]
+        if self._table is not None:
+            self._table, self._progress = self._table.select(keep), self._progress.select(keep)
         rows = (keep[:, None] * k + torch.arange(k, device=keep.device)).view(-1)
         self._tokens = self._tokens.index_select(0, rows)
         self.steps.select(keep)

@@ -38,6 +38,7 @@ class _Job:
     tokens: int
     future: asyncio.Future = field(repr=False)
     prefixes: list[str] | None = None  # each sentence's forced start of its translation
+    terms: list[list[str]] | None = None  # each sentence's target terms (a glossary's)
     answers: list = field(default_factory=list, repr=False)  # filled as the search goes
     missing: int = 0  # answers still to come
 
@@ -80,15 +81,16 @@ class Batcher:
         return len(self.translator.encode(sentence)) + 1
 
     async def translate(self, sentences: list[str], search: Search,
-                        prefixes: list[str] | None = None) -> list[Translation]:
-        """The translations of `sentences`, in order (each starting with its prefix, if
-        given). Cancelling the await (a client gone, a timeout) takes the request out of the
-        batches not yet begun."""
+                        prefixes: list[str] | None = None,
+                        terms: list[list[str]] | None = None) -> list[Translation]:
+        """The translations of `sentences`, in order (each starting with its prefix and
+        holding its terms, if given). Cancelling the await (a client gone, a timeout) takes the
+        request out of the batches not yet begun."""
         if self._queue is None:
             raise RuntimeError("Batcher.start() was not called in this event loop")
         future = asyncio.get_running_loop().create_future()
         tokens = sum(map(self.tokens, sentences))
-        await self._queue.put(_Job(sentences, search, tokens, future, prefixes))
+        await self._queue.put(_Job(sentences, search, tokens, future, prefixes, terms))
         return await future
 
     async def _run(self) -> None:
@@ -151,6 +153,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         sentences = [s for job in batch for s in job.sentences]
         prefixes = [p for job in batch for p in job.prefixes or [""] * len(job.sentences)]
+        terms = [t for job in batch for t in job.terms or [[]] * len(job.sentences)]
         owners = [(job, at) for job in batch for at in range(len(job.sentences))]
         for job in batch:
             job.answers, job.missing = [None] * len(job.sentences), len(job.sentences)
@@ -166,7 +169,8 @@ class Batcher:
         try:
             results = await loop.run_in_executor(self._executor, self._translate, sentences,
                                                  search, answered,
-                                                 prefixes if any(prefixes) else None)
+                                                 prefixes if any(prefixes) else None,
+                                                 terms if any(terms) else None)
         except Exception as error:  # noqa: BLE001 - each request answers with it
             for job in batch:
                 if not job.future.done():
@@ -177,12 +181,13 @@ class Batcher:
                           time.perf_counter() - start, results)
 
     def _translate(self, sentences: list[str], search: Search, answered,
-                   prefixes: list[str] | None) -> list[Translation]:
+                   prefixes: list[str] | None, terms: list[list[str]] | None
+                   ) -> list[Translation]:
         decode = {**asdict(search.decode),
                   "max_tokens": max(self.max_tokens, search.decode.max_tokens)}
         return self.translator.translate_detailed(
             sentences, nbest=search.nbest, attention=search.attention, scores=search.scores,
-            on_translation=answered, prefixes=prefixes, **decode)
+            on_translation=answered, prefixes=prefixes, terms=terms, **decode)
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

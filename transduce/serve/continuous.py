@@ -38,6 +38,7 @@ class _Job:
     answers: list = field(default_factory=list, repr=False)
     missing: int = 0
     prefixes: list[str] | None = None  # each sentence's forced start of its translation
+    terms: list[list[str]] | None = None  # each sentence's target terms (a glossary's)
 
     def answer(self, at: int, translation: Translation) -> None:  # on the search thread
         self.answers[at] = translation
@@ -71,15 +72,16 @@ class ContinuousBatcher:
             self._thread = None
 
     async def translate(self, sentences: list[str], search: Search,
-                        prefixes: list[str] | None = None) -> list[Translation]:
-        """The translations of `sentences`, in order (each starting with its prefix, if
-        given). Cancelling the await (a client gone, a timeout) keeps its sentences that have
-        not joined a search yet from joining."""
+                        prefixes: list[str] | None = None,
+                        terms: list[list[str]] | None = None) -> list[Translation]:
+        """The translations of `sentences`, in order (each starting with its prefix and
+        holding its terms, if given). Cancelling the await (a client gone, a timeout) keeps its
+        sentences that have not joined a search yet from joining."""
         if self._thread is None:
             raise RuntimeError("ContinuousBatcher.start() was not called")
         loop = asyncio.get_running_loop()
         job = _Job(sentences, search, loop.create_future(), loop,
-                   [None] * len(sentences), len(sentences), prefixes)
+                   [None] * len(sentences), len(sentences), prefixes, terms)
         self._inbox.put(job)
         return await job.future
 
@@ -174,14 +176,17 @@ class ContinuousBatcher:
             sentence_id = next(self._ids)
             owners[sentence_id] = (job, at, source)
             forced = self.translator.encode_prefix(job.prefixes[at] if job.prefixes else "")
-            joining.setdefault(job.search, []).append((sentence_id, source, forced))
+            wanted = self.translator.constraints([sentence], terms=[job.terms[at]]) \
+                if job.terms else None
+            joining.setdefault(job.search, []).append(
+                (sentence_id, source, forced, wanted[0] if wanted else []))
         for search_of, sentences in joining.items():
             if search_of not in searches:
                 decode = search_of.decode
                 searches[search_of] = ContinuousSearch(self.translator.model, decode,
                                                        search_of.nbest)
-            searches[search_of].join([s for _, s, _ in sentences], [i for i, _, _ in sentences],
-                                     [f for _, _, f in sentences])
+            ids, sources, forced, constraints = zip(*sentences, strict=True)
+            searches[search_of].join(list(sources), list(ids), list(forced), list(constraints))
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

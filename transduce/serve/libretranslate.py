@@ -2,22 +2,26 @@
 are: /translate, /translate_file and /download_file, /languages, /detect, /suggest,
 /frontend/settings, /health. Fields come as JSON, urlencoded or multipart; errors are
 {"error": "..."} with LibreTranslate's texts and codes. Texts are translated sentence by
-sentence (--no-split-sentences: line by line) and put back in their layout."""
+sentence (--no-split-sentences: line by line) and put back in their layout. One field of our own
+beside theirs: /translate takes a `glossary` (source term -> target term)."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import tempfile
 from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
+from transduce.decoding.glossary import Glossary
 from transduce.documents.files import FORMATS, read_document
 from transduce.documents.layout import Splitter, html_text, plain_text
 from transduce.errors import UserError
 from transduce.serve.models import ServedModel, language_name
 from transduce.serve.service import ApiError, Service, read_fields
+from transduce.serve.v1 import MAX_GLOSSARY, MAX_TERM
 
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing
 
@@ -34,6 +38,14 @@ _FIELDS_BODY = {  # the OpenAPI description of the form and JSON bodies
             "api_key": {"type": "string"}}}}
         for media in ("application/json", "application/x-www-form-urlencoded",
                       "multipart/form-data")}}}
+_TRANSLATE_BODY = copy.deepcopy(_FIELDS_BODY)  # ... and ours beside LibreTranslate's fields
+for _media, _content in _TRANSLATE_BODY["requestBody"]["content"].items():
+    _content["schema"]["properties"]["glossary"] = {
+        "description": "transduce's own: source term -> target term (JSON: an object; a form: "
+                       "lines of source term<TAB>target term); where a text holds a source "
+                       "term, its translation contains the target term",
+        **({"type": "object", "additionalProperties": {"type": "string"}}
+           if _media == "application/json" else {"type": "string"})}
 _FILE_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file", "source", "target"], "properties": {
         "file": {"type": "string", "format": "binary",
@@ -71,7 +83,7 @@ def router(service: Service) -> APIRouter:
                     "target": {"code": first.target, "name": language_name(first.target)}}}
 
     @api.post("/translate", summary="Translate text", responses=_ERRORS,
-              openapi_extra=_FIELDS_BODY)
+              openapi_extra=_TRANSLATE_BODY)
     async def translate(request: Request) -> dict:
         fields, is_json = await read_fields(request)
         await service.admit(request, fields.get("api_key"))
@@ -94,8 +106,10 @@ def router(service: Service) -> APIRouter:
         text_format = fields.get("format") or "text"
         if text_format not in ("text", "html"):
             raise ApiError(400, f"{text_format} format is not supported")
+        glossary = _glossary(fields.get("glossary"))
         translated, others = await _translate(service, request, model, texts, text_format,
-                                              0 if text_format == "html" else alternatives)
+                                              0 if text_format == "html" else alternatives,
+                                              glossary)
         one = not isinstance(q, list)
         result: dict = {"translatedText": translated[0] if one else translated}
         if source.lower() == "auto":
@@ -215,16 +229,51 @@ def _check_size(texts: list[str], max_texts: int, max_chars: int) -> None:
                                 f"({max_chars})")
 
 
+def _glossary(value) -> Glossary | None:
+    """A request's glossary: a JSON object, or a form's lines of source<TAB>target; a 400 naming
+    what is wrong with it."""
+    if value is None or value == "" or value == {}:
+        return None
+    if isinstance(value, str):
+        pairs = [tuple(line.split("\t")) for line in value.splitlines() if line.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ApiError(400, "Invalid request: glossary: each line is source term<TAB>"
+                                "target term")
+    elif isinstance(value, dict):
+        pairs = list(value.items())
+    else:
+        raise ApiError(400, "Invalid request: glossary must be an object of source term: "
+                            "target term")
+    if len(pairs) > MAX_GLOSSARY:
+        raise ApiError(400, f"Invalid request: glossary: at most {MAX_GLOSSARY} entries, got "
+                            f"{len(pairs)}")
+    for term in (t for pair in pairs for t in pair):
+        if not isinstance(term, str) or not term.strip() or len(term) > MAX_TERM:
+            raise ApiError(400, f"Invalid request: glossary: a term must be a string of 1 to "
+                                f"{MAX_TERM} characters, got {term!r:.60}")
+        try:
+            term.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "Invalid request: glossary: not valid Unicode (a lone "
+                                "surrogate)") from None
+    try:
+        return Glossary.of(pairs)
+    except UserError as error:
+        raise ApiError(400, f"Invalid request: {error}") from None
+
+
 async def _translate(service: Service, request: Request, model, texts: list[str],
-                     text_format: str, alternatives: int) -> tuple[list[str], list[list[str]]]:
+                     text_format: str, alternatives: int, glossary: Glossary | None = None
+                     ) -> tuple[list[str], list[list[str]]]:
     """Each text translated sentence by sentence (or line by line, or between its tags), and up
     to `alternatives` other translations of it: its sentences' second, third... best, each
-    sentence's best where it has no more."""
+    sentence's best where it has no more. `glossary`: its terms hold in every sentence."""
     splitter = _splitter(service, model)
     pieces = [(html_text if text_format == "html" else plain_text)(t, splitter) for t in texts]
     sentences = [s for p in pieces for s in p.sentences.values()]
     search = service.search(model, nbest=alternatives + 1)
-    found = await service.translate(model, sentences, search, request)
+    terms = [glossary.terms(s) for s in sentences] if glossary else None
+    found = await service.translate(model, sentences, search, request, None, terms)
     translated, others, at = [], [], 0
     for p in pieces:
         mine = found[at:at + len(p.sentences)]

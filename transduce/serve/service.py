@@ -135,14 +135,17 @@ class Service:
 
     async def translate(self, model: ServedModel, sentences: list[str], search: Search,
                         request: Request | None = None,
-                        prefixes: list[str] | None = None) -> list[Translation]:
+                        prefixes: list[str] | None = None,
+                        terms: list[list[str]] | None = None) -> list[Translation]:
         """The translations, through the model's batcher, within the request timeout (each
-        starting with its prefix, if given). If the client of `request` goes away first, its
-        sentences leave the queue (if their batch has not begun) and nobody is answered."""
+        starting with its prefix and holding its terms, if given). If the client of `request`
+        goes away first, its sentences leave the queue (if their batch has not begun) and nobody
+        is answered."""
         if not sentences:
             return []
         work = asyncio.ensure_future(
-            self.batchers[model.source, model.target].translate(sentences, search, prefixes))
+            self.batchers[model.source, model.target].translate(sentences, search, prefixes,
+                                                                terms))
         waits = {work}
         if request is not None:
             waits.add(asyncio.ensure_future(_disconnected(request)))

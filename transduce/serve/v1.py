@@ -7,12 +7,16 @@ import math
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from transduce.decoding.glossary import Glossary
 from transduce.decoding.translator import Translation
+from transduce.errors import UserError
 from transduce.serve.models import language_name
 from transduce.serve.service import ApiError, Service
 
 MAX_NBEST = 16
 MAX_BEAM = 64
+MAX_GLOSSARY = 1000  # entries of a request's glossary
+MAX_TERM = 200  # characters of a glossary term
 
 
 class TranslateRequest(BaseModel):
@@ -40,13 +44,28 @@ class TranslateRequest(BaseModel):
     prefix: list[str] | None = Field(None, max_length=1024, description="A target prefix for "
                                      "each text (\"\" for none): its translation starts with "
                                      "it, and the search goes on from there")
+    glossary: dict[str, str] | None = Field(
+        None, max_length=MAX_GLOSSARY, description="Source term -> target term: where a text "
+        "holds a source term (whole words; in any case if written in lower case, else as "
+        "written), its translations contain the target term (lexically constrained beam "
+        "search)")
     api_key: str | None = None
 
-    @field_validator("text", "source", "target", "prefix", "api_key")
+    @field_validator("glossary")
+    @classmethod
+    def _terms(cls, value):
+        for term in [t for pair in (value or {}).items() for t in pair]:
+            if not term.strip() or len(term) > MAX_TERM:
+                raise ValueError(f"a term must have 1 to {MAX_TERM} characters, got {term!r:.60}")
+        return value
+
+    @field_validator("text", "source", "target", "prefix", "glossary", "api_key")
     @classmethod
     def _unicode(cls, value):
         """A lone surrogate ("\ud800") is valid JSON but not text: refused, not searched."""
-        for text in value if isinstance(value, list) else [value]:
+        texts = [t for pair in value.items() for t in pair] if isinstance(value, dict) else \
+            value if isinstance(value, list) else [value]
+        for text in texts:
             if isinstance(text, str):
                 try:
                     text.encode("utf-8")
@@ -138,7 +157,14 @@ def router(service: Service) -> APIRouter:
                                 f"{body.beam_size}")
         search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
                                 attention=body.attention or body.alignments, scores=body.scores)
-        found = await service.translate(model, body.text, search, request, body.prefix)
+        terms = None
+        if body.glossary:
+            try:
+                glossary = Glossary.of(body.glossary)
+            except UserError as error:
+                raise ApiError(400, f"Invalid request: {error}") from None
+            terms = [glossary.terms(text) for text in body.text]
+        found = await service.translate(model, body.text, search, request, body.prefix, terms)
         return TranslateResponse(
             model=model.name, source=model.source, target=model.target,
             translations=[_sentence(t, body.layer, attention=body.attention,

@@ -42,22 +42,39 @@ function word(piece) {
   return piece.startsWith("▁") ? piece.slice(1) || "␣" : `·${piece}`;
 }
 
+// the glossary box's lines ("source<TAB>target" or "source = target") as an object; throws
+// naming a line that is neither
+function glossary() {
+  const terms = {};
+  $("glossary").value.split("\n").forEach((line, i) => {
+    if (!line.trim()) return;
+    const parts = line.includes("\t") ? line.split("\t") : line.split(" = ");
+    if (parts.length !== 2 || !parts[0].trim() || !parts[1].trim()) {
+      throw new Error(`Glossary line ${i + 1}: write the source term, a tab or " = ", the target term.`);
+    }
+    terms[parts[0].trim()] = parts[1].trim();
+  });
+  return terms;
+}
+
 async function translate(event) {
   event.preventDefault();
   showError("");
   const text = $("source").value;
   const lines = text.split("\n").map((l) => l.trim()).filter((l) => l);
   if (!lines.length) { showError("Type a sentence first."); return; }
+  let terms;
+  try { terms = glossary(); } catch (error) { showError(error.message); return; }
   const model = models[Number($("pair").value)];
   $("translate").disabled = true;
   $("status").textContent = "Translating…";
   const started = performance.now();
   try {
     const [whole, data] = await Promise.all([
-      call("translate", { q: text, source: model.source, target: model.target }),
+      call("translate", { q: text, source: model.source, target: model.target, glossary: terms }),
       call("v1/translate", {
         text: lines, source: model.source, target: model.target, attention: true,
-        scores: true, nbest: Math.min(3, model.beam_size),
+        scores: true, nbest: Math.min(3, model.beam_size), glossary: terms,
       }).catch(() => ({ translations: [] })),  // a line too long for one search: no picture
     ]);
     $("text").textContent = whole.translatedText;
