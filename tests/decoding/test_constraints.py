@@ -25,13 +25,15 @@ def _constraints(n: int) -> list[list[list[int]]]:
     return [shapes[i % len(shapes)] for i in range(n)]
 
 
+@pytest.mark.parametrize("stopping", ["early", "exact"])
 @pytest.mark.parametrize("k", [1, 4])
-def test_every_constraint_is_in_every_output_batched_and_alone(k):
+def test_every_constraint_is_in_every_output_batched_and_alone(k, stopping):
     model = _model_that_stops()
     src = _batch(12)
     constraints = _constraints(12)
     nbest = (k + 1) // 2
-    batched = beam_with(model, src, beam_size=k, nbest=nbest, constraints=constraints, **KW)
+    kw = dict(KW, stopping=stopping)
+    batched = beam_with(model, src, beam_size=k, nbest=nbest, constraints=constraints, **kw)
     for hyps, terms in zip(batched, constraints, strict=True):
         assert len(hyps) == nbest
         assert all(_contains(hyps[0].tokens, t) for t in terms), (hyps[0].tokens, terms)
@@ -40,7 +42,7 @@ def test_every_constraint_is_in_every_output_batched_and_alone(k):
     for i in range(12):
         row = src[i : i + 1, : int((src[i] != 1).sum())]
         alone = beam_with(model, row, beam_size=k, nbest=nbest, constraints=[constraints[i]],
-                          **KW)
+                          **kw)
         assert [h.tokens for h in alone[0]] == [h.tokens for h in batched[i]]
 
 

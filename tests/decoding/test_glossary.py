@@ -89,3 +89,17 @@ def test_terms_per_sentence_beside_a_glossary(run_dir):  # noqa: F811
     assert "ZZ" in out[0] and "777" in out[0] and "9 9 9" in out[1]
     with pytest.raises(UserError, match="1 lists of terms for 2 sentences"):
         translator.translate(SENTENCES[:2], terms=[["ZZ"]])
+
+
+def test_the_check_finds_each_term_and_whether_the_alignments_link_it():
+    glossary = Glossary.of({"black dog": "schwarzer Hund", "beach": "Strand", "sea": "Meer"})
+    links = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 3), (5, 4)]
+    checks = glossary.check("A black dog on the beach by the sea.",
+                            "Ein schwarzer Hund am Meer.", links)
+    assert [(c.source, c.target, c.found, c.aligned, c.source_words, c.target_words)
+            for c in checks] == [
+        ("black dog", "schwarzer Hund", True, True, [1, 2], [1, 2]),
+        ("beach", "Strand", False, False, [5], []),
+        ("sea", "Meer", True, False, [8], [4]),  # there, but aligned with "beach"
+    ]
+    assert [c.aligned for c in glossary.check("the sea", "das Meer")] == [None]  # not asked

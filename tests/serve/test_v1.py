@@ -108,6 +108,18 @@ def test_a_glossary_holds_in_every_translation_as_the_translators(client, transl
     for sentence, t in zip(SENTENCES[:4], got, strict=True):
         assert all(term in t["text"] for term in found.terms(sentence))
     assert "SIEBEN" in got[0]["text"] and "VIERZIG" not in got[2]["text"]  # "Forty" as written
+    # the glossary check: each source term, where its target is, aligned or not
+    checked = client.post("/v1/translate", json={
+        "text": SENTENCES[:2], "glossary": glossary, "beam_size": 3,
+        "alignments": True}).json()["translations"]
+    for sentence, t in zip(SENTENCES[:2], checked, strict=True):
+        [w] = translator.translate_detailed([sentence], beam_size=3, glossary=found,
+                                            attention=True)
+        want = found.check(sentence, w.text, translator.alignments(w))
+        assert t["terms"] == [dict(vars(c)) for c in want]
+        assert all(c["found"] for c in t["terms"]) and t["terms"]
+    assert checked[0]["terms"][0]["source"] == "seven"
+    assert got[0]["terms"][0]["aligned"] is None  # no alignments asked for
 
 
 def test_alignments_are_the_translators(client, translator):

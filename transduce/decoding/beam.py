@@ -139,8 +139,10 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
             steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
-        done = _done(finished, active, scores, limits, step, nbest, alpha, form,
-                     exact=decode.stopping == "exact")
+        exact = decode.stopping == "exact"
+        contenders = scores if table is None or exact else \
+            lexical.contenders(scores, progress, table)
+        done = _done(finished, active, contenders, limits, step, nbest, alpha, form, exact)
         if on_done is not None:
             for sentence in active[done].tolist():
                 on_done(sentence, _best(finished[sentence], fallback[sentence], nbest))

@@ -124,6 +124,16 @@ def forbid_unmet_eos(log_probs: Tensor, progress: Progress, c: Constraints, at_l
     log_probs[..., eos].masked_fill_(unmet, float("-inf"))
 
 
+def contenders(scores: Tensor, progress: Progress, c: Constraints) -> Tensor:
+    """The beams' scores (n, width) as early stopping weighs them: -inf for a beam that has not
+    met its constraints, which cannot end now. (Weighed as if it could, a beam that has spent
+    nothing on the constraints yet keeps the search going long after a good hypothesis has met
+    them, into long outputs that a strong length penalty then prefers: on Multi30k val with
+    terms from the references, 20.86 BLEU against 30.78 without terms; 32.35 with this rule,
+    docs/translating.md.)"""
+    return scores.masked_fill(~progress.complete(c), float("-inf"))
+
+
 def advance(c: Constraints, progress: Progress, tokens: Tensor) -> Progress:
     """The progress (n, m) after each hypothesis of `progress` (n, m) appends `tokens` (n, m)."""
     n, j, length = c.tokens.shape

@@ -219,7 +219,9 @@ class ContinuousSearch:
         alpha, form = decode.length_penalty, decode.length_normalization
         exact = decode.stopping == "exact" and alpha >= 0
         done = torch.zeros(len(self.sentences), dtype=torch.bool)
-        best_live = self._scores.max(dim=1).values.tolist()
+        contenders = self._scores if self._table is None or decode.stopping == "exact" else \
+            lexical.contenders(self._scores, self._progress, self._table)
+        best_live = contenders.max(dim=1).values.tolist()
         for row, sentence in enumerate(self.sentences):
             heap = sentence.finished
             if len(heap) < self.nbest:

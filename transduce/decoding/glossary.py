@@ -19,6 +19,31 @@ from transduce.errors import UserError
 
 
 @dataclass(frozen=True)
+class Match:
+    """A source term where a sentence holds it: as written there, its target term, and the
+    characters [start, end) it spans."""
+
+    source: str
+    target: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TermCheck:
+    """Whether a translation holds a term: `found`, and `aligned` (None: not asked) with the
+    source term's words; `source_words` and `target_words` (the first occurrence) by index
+    over the whitespace-separated words."""
+
+    source: str
+    target: str
+    found: bool
+    aligned: bool | None
+    source_words: list[int]
+    target_words: list[int]
+
+
+@dataclass(frozen=True)
 class Glossary:
     """(source term, target term) entries, matched on source sentences by `terms`."""
 
@@ -86,15 +111,46 @@ class Glossary:
     def terms(self, sentence: str) -> list[str]:
         """The target terms of the source terms in `sentence`, in order of occurrence, each
         once."""
+        return list(dict.fromkeys(m.target for m in self.matches(sentence)))
+
+    def matches(self, sentence: str) -> list[Match]:
+        """Where `sentence` holds source terms, in order."""
         if self._pattern is None:
             return []
         found = []
         for match in self._pattern.finditer(sentence):
             text = " ".join(match.group().split())
             target = self._exact.get(text) or self._folded.get(text.casefold())
-            if target is not None and target not in found:
-                found.append(target)
+            if target is not None:
+                found.append(Match(match.group(), target, match.start(), match.end()))
         return found
+
+    def check(self, sentence: str, translation: str,
+              alignments: list[tuple[int, int]] | None = None) -> list[TermCheck]:
+        """For each source term in `sentence`, whether its target term is in `translation`,
+        and with the translation's word `alignments` (source word, target word: over the
+        whitespace-separated words of both), whether an occurrence of it is aligned with the
+        source term's words."""
+        checks, links = [], set(alignments or ())
+        for match in self.matches(sentence):
+            source_words = _words_in(sentence, match.start, match.end)
+            places = [_words_in(translation, at, at + len(match.target))
+                      for at in _occurrences(translation, match.target)]
+            aligned = None if alignments is None else any(
+                (i, j) in links for words in places for j in words for i in source_words)
+            checks.append(TermCheck(match.source, match.target, bool(places), aligned,
+                                    source_words, places[0] if places else []))
+        return checks
+
+
+def _occurrences(text: str, term: str) -> list[int]:
+    return [m.start() for m in re.finditer(re.escape(term), text)]
+
+
+def _words_in(text: str, start: int, end: int) -> list[int]:
+    """The indices of the whitespace-separated words of `text` that [start, end) touches."""
+    return [i for i, word in enumerate(re.finditer(r"\S+", text))
+            if word.start() < end and word.end() > start]
 
 
 def _spaced(term: str) -> str:

@@ -79,6 +79,16 @@ class Hypothesis(BaseModel):
     score: float
 
 
+class TermCheck(BaseModel):
+    source: str = Field(description="The source term as the text has it")
+    target: str
+    found: bool = Field(description="Whether the translation holds the target term")
+    aligned: bool | None = Field(None, description="With alignments: whether the target "
+                                 "term's words are aligned with the source term's")
+    source_words: list[int]
+    target_words: list[int] = Field(description="Its first occurrence's; [] when not found")
+
+
 class SentenceTranslation(BaseModel):
     text: str
     nbest: list[Hypothesis]
@@ -95,6 +105,9 @@ class SentenceTranslation(BaseModel):
         "probabilities (<eos> included), in [0, 1]; low: a translation not to trust")
     probabilities: list[float] | None = Field(
         None, description="With scores: each target piece's probability, as target_pieces")
+    terms: list[TermCheck] | None = Field(
+        None, description="With a glossary: each source term of the text, and where its "
+        "target term is in the translation (words counted from 0 over whitespace)")
 
 
 class TranslateResponse(BaseModel):
@@ -157,7 +170,7 @@ def router(service: Service) -> APIRouter:
                                 f"{body.beam_size}")
         search = service.search(model, beam_size=body.beam_size, nbest=body.nbest,
                                 attention=body.attention or body.alignments, scores=body.scores)
-        terms = None
+        terms = glossary = None
         if body.glossary:
             try:
                 glossary = Glossary.of(body.glossary)
@@ -165,11 +178,16 @@ def router(service: Service) -> APIRouter:
                 raise ApiError(400, f"Invalid request: {error}") from None
             terms = [glossary.terms(text) for text in body.text]
         found = await service.translate(model, body.text, search, request, body.prefix, terms)
-        return TranslateResponse(
-            model=model.name, source=model.source, target=model.target,
-            translations=[_sentence(t, body.layer, attention=body.attention,
-                                    alignments=model.translator.alignments(t)
-                                    if body.alignments else None) for t in found])
+        translations = []
+        for t in found:
+            links = model.translator.alignments(t) if body.alignments else None
+            result = _sentence(t, body.layer, attention=body.attention, alignments=links)
+            if glossary is not None:
+                result.terms = [TermCheck(**vars(c)) for c in glossary.check(t.source, t.text,
+                                                                             links)]
+            translations.append(result)
+        return TranslateResponse(model=model.name, source=model.source, target=model.target,
+                                 translations=translations)
 
     return api
 
