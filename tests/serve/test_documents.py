@@ -75,6 +75,12 @@ def test_text_and_html_files(client, translator):
     got = _translate_file(client, "page.html", page).decode()
     assert got == (f"<html><body><h1>{t['seven.']}</h1><p>{t['twelve!']} "
                    f"<b>{t['forty-two.']}</b></p></body></html>")
+    # an inline element inside a sentence: put back by the alignments, as /translate does
+    from .test_libretranslate import _html
+
+    inline = "<p>seven <i>twelve</i> forty-two</p>"
+    assert _translate_file(client, "inline.html", inline.encode()).decode() == \
+        _html(translator, inline)
 
 
 def test_a_word_document_keeps_its_layout(client, translator):

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from transduce.decoding.glossary import Glossary
+from transduce.documents.layout import html_text
 
 from .conftest import SENTENCES, make_app
 
@@ -53,11 +54,27 @@ def test_lines_are_translated_one_by_one(client, translator):
     assert response.json()["translatedText"] == f"{seven}\n\n{twelve}"
 
 
+def _html(translator, markup: str, **options) -> str:
+    """`markup` translated as the server should: each sentence (here: the text between block
+    tags) translated whole, its inline elements put back by the translation's alignments."""
+    pieces = html_text(markup)
+    found = translator.translate_detailed(list(pieces.sentences.values()), attention=True,
+                                          **options)
+    return pieces.join([t.text for t in found], [translator.alignments(t) for t in found])
+
+
 def test_html_keeps_the_markup(client, translator):
-    response = client.post("/translate", json={"q": "<p>seven <b>twelve</b></p>",
-                                               "source": "en", "target": "de", "format": "html"})
-    seven, twelve = translator.translate(["seven", "twelve"])
-    assert response.json()["translatedText"] == f"<p>{seven} <b>{twelve}</b></p>"
+    """Block tags kept, inline ones put back around the words aligned with theirs."""
+    markup = "<div><p>seven <b>twelve</b></p><p>forty-two</p></div>"
+    response = client.post("/translate", json={"q": markup, "source": "en", "target": "de",
+                                               "format": "html"})
+    got = response.json()["translatedText"]
+    assert got == _html(translator, markup)
+    seven_twelve, forty_two = translator.translate(["seven twelve", "forty-two"])
+    assert got.startswith("<div><p>") and f"<p>{forty_two}</p></div>" in got
+    assert got.count("<b>") == got.count("</b>") == 1
+    assert got.replace("<b>", "").replace("</b>", "") == \
+        f"<div><p>{seven_twelve}</p><p>{forty_two}</p></div>"
 
 
 def test_alternatives_are_the_other_hypotheses(client, translator):
@@ -82,10 +99,12 @@ def test_a_glossary_of_our_own_beside_libretranslates_fields(client, translator)
     as_form = client.post("/translate", data={**fields, "glossary": "seven\tSIEBEN\n"
                                                                      "twelve\tZWOELF\n"})
     assert as_form.json() == {"translatedText": f"{seven}\n\n{twelve}"}
-    html = client.post("/translate", json={"q": "<p>seven <b>twelve</b></p>", "source": "en",
+    html = client.post("/translate", json={"q": "<p>seven</p><b>twelve</b>", "source": "en",
                                            "target": "de", "format": "html",
                                            "glossary": glossary})
-    assert html.json()["translatedText"] == f"<p>{seven} <b>{twelve}</b></p>"
+    assert html.json()["translatedText"] == \
+        _html(translator, "<p>seven</p><b>twelve</b>", glossary=Glossary.of(glossary))
+    assert "SIEBEN" in html.json()["translatedText"]
 
 
 @pytest.mark.parametrize(("glossary", "error"), [

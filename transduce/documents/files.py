@@ -31,11 +31,19 @@ class Document:
     def sentences(self) -> list[str]:
         return [s for p in self.pieces for s in p.sentences.values()]
 
-    def write(self, translations: list[str], path: Path) -> None:
-        """The file with `translations` (one per sentence, in order) in place, at `path`."""
+    @property
+    def marked(self) -> list[bool]:
+        """Whether each sentence holds inline markup, which its word alignments put back."""
+        return [m for p in self.pieces for m in p.marked]
+
+    def write(self, translations: list[str], path: Path,
+              alignments: list[list[tuple[int, int]] | None] | None = None) -> None:
+        """The file with `translations` (one per sentence, in order) in place, at `path`; the
+        inline markup of a sentence put back by its word `alignments` (None: in proportion)."""
         texts, at = [], 0
         for p in self.pieces:
-            texts.append(p.join(translations[at:at + len(p.sentences)]))
+            texts.append(p.join(translations[at:at + len(p.sentences)],
+                                alignments[at:at + len(p.sentences)] if alignments else None))
             at += len(p.sentences)
         if at != len(translations):
             raise ValueError(f"{len(translations)} translations for {at} sentences")

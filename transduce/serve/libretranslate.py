@@ -196,10 +196,13 @@ async def _translate_upload(service: Service, request: Request, model: ServedMod
             document = await asyncio.to_thread(read_document, source, _splitter(service, model))
         except UserError as error:
             raise ApiError(400, f"Invalid request: {error}") from None
-        found = await service.translate(model, document.sentences, service.search(model),
-                                        request)
+        marked = document.marked  # inline markup: put back by alignments
+        found = await service.translate(model, document.sentences,
+                                        service.search(model, attention=any(marked)), request)
+        links = [model.translator.alignments(t) if m else None
+                 for t, m in zip(found, marked, strict=True)]
         return await asyncio.to_thread(service.files.put, upload.filename, lambda path:
-                                       document.write([t.text for t in found], path))
+                                       document.write([t.text for t in found], path, links))
 
 
 def _splitter(service: Service, model: ServedModel) -> Splitter:
@@ -271,14 +274,17 @@ async def _translate(service: Service, request: Request, model, texts: list[str]
     splitter = _splitter(service, model)
     pieces = [(html_text if text_format == "html" else plain_text)(t, splitter) for t in texts]
     sentences = [s for p in pieces for s in p.sentences.values()]
-    search = service.search(model, nbest=alternatives + 1)
+    marked = [m for p in pieces for m in p.marked]  # inline markup: put back by alignments
+    search = service.search(model, nbest=alternatives + 1, attention=any(marked))
     terms = [glossary.terms(s) for s in sentences] if glossary else None
     found = await service.translate(model, sentences, search, request, None, terms)
+    links = [model.translator.alignments(t) if m else None
+             for t, m in zip(found, marked, strict=True)]
     translated, others, at = [], [], 0
     for p in pieces:
         mine = found[at:at + len(p.sentences)]
+        best = p.join([t.text for t in mine], links[at:at + len(p.sentences)])
         at += len(p.sentences)
-        best = p.join([t.text for t in mine])
         translated.append(best)
         candidates = [p.join([t.nbest[min(k, len(t.nbest) - 1)][0] for t in mine])
                       for k in range(1, alternatives + 1)] if mine else []
