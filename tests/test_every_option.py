@@ -37,6 +37,7 @@ COMMON = {
     "--device": (["--device", "cpu"], None),
     "--dtype": (["--dtype", "int8"], None),
     "--compile": (["--compile"], None),
+    "--engine": (["--engine", "ctranslate2", "--length-normalization", "power"], None),
 }
 TRANSLATE = {
     **COMMON, **SEARCH,
@@ -127,6 +128,11 @@ def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monk
     if "PREFIXES" in args:
         assert lines == Translator.load(run_dir).translate(SENTENCES, prefixes=["sie", "", ""])
         assert lines[0].startswith("sie")
+    if option == "--engine":
+        from transduce.engines import engine
+
+        assert lines == engine.load(run_dir, engine="ctranslate2").translate(
+            SENTENCES, length_normalization="power")
     if "GLOSSARY" in args:
         assert lines == Translator.load(run_dir).translate(SENTENCES, terms=[[], ["QQ"], []])
         assert "QQ" in lines[1]

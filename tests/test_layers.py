@@ -25,7 +25,8 @@ FLOORS = [
     ("decoding", {"decoding"}),
     ("training", {"training"}),
     ("commands", {"api", "cli", "quickstart", "translate_command", "score_command", "serve_command",
-                  "models_command", "serve", "export", "importers", "visualize", "__main__"}),
+                  "models_command", "serve", "export", "engines", "importers", "visualize",
+                  "__main__"}),
 ]
 
 

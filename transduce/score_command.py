@@ -35,7 +35,7 @@ def add_score_options(parser: argparse.ArgumentParser) -> None:
                              "(default: the run's decode.length_penalty)")
     parser.add_argument("--max-tokens", type=int, help="source tokens per batch (default: the "
                         "run's decode.max_tokens)")
-    add_device_options(parser)
+    add_device_options(parser, engine=False)  # scores are the model's own, teacher-forced
 
 
 def score(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from transduce.translate_command import (
 )
 
 log = logging.getLogger("transduce.serve")
-DEVICE = ("device", "dtype", "compile")  # ServeSettings' fields that add_device_options declares
+DEVICE = ("device", "dtype", "compile", "engine")  # the fields add_device_options declares
 
 # every line with its time: uvicorn's own (started, stopping...), ours, and the access log,
 # applied by uvicorn as it starts (the lines before, by the command's logging: TIMED_FORMAT)
@@ -85,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
                    timeout_graceful_shutdown=None)  # transduce.serve.access logs each request
     if settings.workers == 1:
         app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
-                                     compile=args.compile), settings)
+                                     compile=args.compile, engine=args.engine), settings)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)
         if any("," in m for m in args.model):

@@ -19,6 +19,7 @@ from transduce.decoding.config import (
     DecodeConfig,
     Sampling,
 )
+from transduce.engines import ENGINES
 from transduce.errors import UserError
 from transduce.files import check_output_file, check_writable
 from transduce.options import add_config_options
@@ -72,8 +73,9 @@ def add_decode_options(parser: argparse.ArgumentParser,
                                 "length_normalization": LENGTH_NORMALIZATIONS})
 
 
-def add_device_options(parser: argparse.ArgumentParser) -> None:
-    """Where the models run and in what precision: --device, --dtype."""
+def add_device_options(parser: argparse.ArgumentParser, engine: bool = True) -> None:
+    """Where the models run and in what precision: --device, --dtype, --compile, and (with
+    `engine`, for the commands that search) --engine."""
     parser.add_argument("--device", default="auto",
                         help="auto (a GPU when there is one), cpu, cuda, cuda:N (default: auto)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES,
@@ -81,6 +83,12 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
                              "for larger models on CPUs with bf16 support and on GPUs; int8 "
                              "(CPU): linear layers in int8, faster where matrix products "
                              "dominate; a few translations may differ (default: float32)")
+    if engine:
+        parser.add_argument("--engine", default="transduce", choices=ENGINES,
+                            help="what searches: transduce's own search, or CTranslate2's over "
+                                 "the run's CTranslate2 export (made on first use, beside the "
+                                 "checkpoint), with the search settings it has (docs/speed.md "
+                                 "says when each wins; default: transduce)")
     parser.add_argument("--compile", action="store_true",
                         help="run the search's decoder steps compiled by torch.compile: less "
                              "overhead per step (small batches gain most), 15-60 s of "
@@ -148,6 +156,14 @@ def check_device_options(args: argparse.Namespace) -> None:
     if args.compile and args.dtype == "int8":
         raise UserError("--compile and --dtype int8 do not go together: torch.compile cannot "
                         "look inside the int8 layers' fbgemm kernels; choose one")
+    if getattr(args, "engine", "transduce") != "transduce":
+        for given, name in ((args.compile, "--compile"), (getattr(args, "glossary", None),
+                                                          "--glossary")):
+            if given:
+                raise UserError(f"--engine {args.engine} takes no {name}: it is transduce's "
+                                "own search's")
+        if len(getattr(args, "model", None) or []) > 1:
+            raise UserError(f"--engine {args.engine} runs one model: no ensembles")
 
 
 def check_translate_options(args: argparse.Namespace) -> None:
@@ -248,7 +264,7 @@ def search_options(args: argparse.Namespace) -> dict:
 
 
 def load_translator(args: argparse.Namespace) -> Translator:
-    from transduce.decoding.translator import Translator
+    from transduce.engines import engine
     from transduce.runs.checkpoint import named_checkpoint
     from transduce.runtime import resolve_device
 
@@ -258,8 +274,9 @@ def load_translator(args: argparse.Namespace) -> Translator:
         raise UserError(f"--checkpoint {args.checkpoint}: with several models, name a checkpoint "
                         "each run has (averaged, best, latest, update_0007000, ...), not a path")
     checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
-    return Translator.load(dirs, device=args.device, dtype=args.dtype, checkpoint=checkpoints,
-                           compile=args.compile, tgt_lang=args.tgt_lang)
+    return engine.load(dirs, engine=getattr(args, "engine", "transduce"), device=args.device,
+                       dtype=args.dtype, checkpoint=checkpoints, compile=args.compile,
+                       tgt_lang=args.tgt_lang)
 
 
 def read_input(path: str | None) -> list[str]:
@@ -295,6 +312,8 @@ def translate(args: argparse.Namespace) -> int:
     check_against_run(args)
     options = search_options(args)
     translator = load_translator(args)
+    translator.check_search(translator.decode_config(**decode_options(args)),
+                            options["sampling"])
     if args.interactive:
         return _interactive(translator, options)
     if not args.input and sys.stdin.isatty():
@@ -420,6 +439,7 @@ def evaluate(args: argparse.Namespace) -> int:
     check_against_run(args)
     options = search_options(args)
     translator = load_translator(args)
+    translator.check_search(translator.decode_config(**decode_options(args)))
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(), **options)
     seconds = time.perf_counter() - start

@@ -209,7 +209,8 @@ def test_serve_dtype_int8_batches_requests_as_translate_dtype_int8(server, run_d
 # serve's search options (those it shares with translate), each with a value: the device's
 # each in a server of its own, DecodeConfig's all together in one
 DEVICE_OPTIONS = {"--device": ["--device", "cpu"], "--dtype": ["--dtype", "bfloat16"],
-                  "--compile": ["--compile"]}
+                  "--compile": ["--compile"],
+                  "--engine": ["--engine", "ctranslate2", "--length-normalization", "power"]}
 DECODE_OPTIONS = {"--beam-size": "3", "--length-penalty": "1.5", "--length-normalization": "power",
                   "--stopping": "exact", "--max-len-a": "0.5", "--max-len-b": "4",
                   "--min-len": "2", "--renormalize": None, "--max-tokens": "16"}
@@ -232,13 +233,14 @@ def _lines_alone(url: str, lines: list[str]) -> list[str]:
 @pytest.mark.parametrize("option", sorted(DEVICE_OPTIONS))
 def test_serve_runs_with_each_device_option(option, server, run_dir):
     """Each line alone (one request at a time): what Translator gives with the same setting."""
-    from transduce.decoding.translator import Translator
+    from transduce.engines import engine
 
     _, url = server(*DEVICE_OPTIONS[option])
     lines = ["seven", "three hundred and twelve", "forty-one"]
     load = {"--device": dict(device="cpu"), "--dtype": dict(dtype="bfloat16"),
-            "--compile": dict(compile=True)}[option]
-    assert _lines_alone(url, lines) == Translator.load(run_dir, **load).translate(lines)
+            "--compile": dict(compile=True), "--engine": dict(engine="ctranslate2")}[option]
+    search = {"length_normalization": "power"} if option == "--engine" else {}
+    assert _lines_alone(url, lines) == engine.load(run_dir, **load).translate(lines, **search)
 
 
 def test_serve_searches_as_its_decode_options_say(server, run_dir):

@@ -199,20 +199,36 @@ class Translator:
                 on_translation(i, results[i])
         bar = tqdm(total=len(todo), unit="sent", disable=not progress)
         for batch in self._batches(todo, sources, decode.max_tokens):
-            src = self._pad([sources[i] for i in batch])
-            outputs = search(self.model, src, decode, nbest=nbest, sampling=sampling,
-                             generator=generator,
-                             prefixes=[forced[i] for i in batch] if forced else None,
-                             constraints=[constraints[i] for i in batch] if constraints
-                             else None,
-                             on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
-                             if on_translation is not None else None)
+            outputs = self.search_batch(
+                [sources[i] for i in batch], decode, nbest=nbest, sampling=sampling,
+                generator=generator, prefixes=[forced[i] for i in batch] if forced else None,
+                constraints=[constraints[i] for i in batch] if constraints else None,
+                on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
+                if on_translation is not None else None)
             for i, hyps in zip(batch, outputs, strict=True):
                 if results[i] is None:  # not told of already
                     done(i, hyps)
             bar.update(len(batch))
         bar.close()
         return results
+
+    def check_search(self, decode: DecodeConfig, sampling: Sampling | None = None) -> None:
+        """A UserError where this translator's engine cannot search as `decode` (and
+        `sampling`) say; transduce's own search can, always."""
+
+    def search_batch(self, sources: list[list[int]], decode: DecodeConfig, *, nbest: int = 1,
+                     sampling: Sampling | None = None,
+                     generator: torch.Generator | None = None,
+                     prefixes: list[list[int]] | None = None,
+                     constraints: list[list[list[int]]] | None = None,
+                     on_done: Callable[[int, list[Hypothesis]], None] | None = None,
+                     ) -> list[list[Hypothesis]]:
+        """One batch's search (`sources`: token ids, <eos> included): transduce's own,
+        `transduce.decoding.search.search`; another engine's in a subclass
+        (transduce.engines)."""
+        return search(self.model, self._pad(sources), decode, nbest=nbest, sampling=sampling,
+                      generator=generator, prefixes=prefixes, constraints=constraints,
+                      on_done=on_done)
 
     def score(self, sentences: Iterable[str], translations: Iterable[str], *,
               progress: bool = False, **decode) -> list[PairScore]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transduce.decoding.translator import Translator
+from transduce.engines import engine as engines
 from transduce.errors import UserError
 from transduce.runs.checkpoint import model_checkpoint
 from transduce.runs.load import read_config
@@ -77,7 +78,8 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], tuple[ModelSpec
 
 
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
-                dtype: str = "float32", compile: bool = False) -> list[ServedModel]:
+                dtype: str = "float32", compile: bool = False,
+                engine: str = "transduce") -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
     all its pairs."""
@@ -86,8 +88,9 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
         if spec in loaded:  # another pair of a multilingual run: its model, another language
             translator = loaded[spec].into(tgt_lang)
         else:
-            translator = loaded[spec] = Translator.load(
-                spec.run_dir, device=device, dtype=dtype, compile=compile, tgt_lang=tgt_lang)
+            translator = loaded[spec] = engines.load(
+                spec.run_dir, engine=engine, device=device, dtype=dtype, compile=compile,
+                tgt_lang=tgt_lang)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models

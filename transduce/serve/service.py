@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
+from transduce.errors import UserError
 from transduce.serve.batcher import Batcher, Search
 from transduce.serve.continuous import ContinuousBatcher
 from transduce.serve.files import FileStore
@@ -39,6 +40,8 @@ class Service:
             raise ValueError("a server needs at least one model")
         self.settings = settings
         self.models = {(m.source, m.target): m for m in models}
+        for model in models:  # the searches its engine cannot make: refused before serving
+            model.translator.check_search(self.search(model).decode)
         self.metrics = Metrics()
         self.batchers = {pair: self._batcher(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
@@ -47,9 +50,11 @@ class Service:
 
     def _batcher(self, model: ServedModel) -> Batcher | ContinuousBatcher:
         """Continuous batching unless asked otherwise, or a compiled step's static cache, which
-        no sentence can join, is searched; else batches of the requests that came together."""
+        no sentence can join, is searched, or another engine's search; else batches of the
+        requests that came together."""
         settings = self.settings
-        if settings.batching and settings.continuous_batching and not settings.compile:
+        if settings.batching and settings.continuous_batching and not settings.compile \
+                and settings.engine == "transduce":
             return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
                                      on_step=self._counter(model, continuous=True))
         return Batcher(model.translator, max_tokens=settings.max_batch_tokens,
@@ -156,7 +161,10 @@ class Service:
             for task in waits:
                 task.cancel()
         if work in done:
-            return work.result()
+            try:
+                return work.result()
+            except UserError as error:  # what this request asks that the search cannot do
+                raise ApiError(400, f"Invalid request: {error}") from None
         if done:
             raise ApiError(499, "Client closed the request")
         raise ApiError(503, f"Translation took longer than {self.settings.timeout:g} s; "

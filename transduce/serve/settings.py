@@ -73,6 +73,9 @@ class ServeSettings:
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
     compile: bool = setting(False, "search steps compiled: as `transduce translate --compile`")
+    engine: str = setting("transduce",
+        "what searches: as `transduce translate --engine` (ctranslate2: batches of requests, "
+        "not continuous batching)")
     decode: dict = setting(default_factory=dict, help=(
         "search settings over each model's own decode section (DecodeConfig's fields: "
         "--beam-size, ...; none: the model's)"))
