@@ -7,7 +7,8 @@ Hugging Face and CTranslate2, |y|^alpha, on both sides; the same maximum length)
 runs with each side's default stopping rule (ours "early", generate()'s early_stopping=False)
 and with the exhaustive one (ours "exact", generate()'s early_stopping="never"); ours also in
 bfloat16, int8 (`--dtype int8`) and compiled (`--compile`: its first pass, which compiles,
-is not timed; its seconds are shown).
+is not timed; its seconds are shown), and through CTranslate2 (`--engine ctranslate2`:
+`transduce-ct2`, in float32, and `transduce-ct2-int8`: our batches and results around its search).
 Part 2, random weights at the `tiny` and `base` shapes, every output forced to 16 tokens, batch
 64: the numbers of the issue's orientation table. The `opus-mt` shape is a random Hugging Face
 `MarianMTModel` at Helsinki-NLP/opus-mt-en-de's real configuration (d_model 512, 6+6 layers,
@@ -41,13 +42,14 @@ from pathlib import Path
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
 ENGINES = ("transduce", "transduce-bf16", "transduce-int8", "transduce-compiled", "transduce-exact",
-           "transduce-nocache", "hf",
+           "transduce-nocache", "transduce-ct2", "transduce-ct2-int8", "hf",
            "hf-never", "ct2-fp32", "ct2-int8", "ct2-fp32-onednn", "ct2-int8-onednn")
 # which of ours each engine's translations are compared with
 COUNTERPART = {"transduce-bf16": "transduce", "transduce-int8": "transduce",
                "transduce-compiled": "transduce",
                "transduce-exact": "transduce",
-               "transduce-nocache": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
+               "transduce-nocache": "transduce", "transduce-ct2": "transduce",
+               "transduce-ct2-int8": "transduce", "hf": "transduce", "hf-never": "transduce-exact",
                "ct2-fp32": "transduce", "ct2-int8": "transduce", "ct2-fp32-onednn": "transduce",
                "ct2-int8-onednn": "transduce"}
 EXHAUSTIVE = ("transduce-exact", "hf-never")  # the same as the others for greedy search
@@ -68,6 +70,16 @@ def _batches(items: list, size: int):
         yield order[start : start + size]
 
 
+class _Pieces:
+    """The part of a tokenizer that a CTranslate2Translator reads: the pieces of the ids."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.all, self.vocab_size = pieces, len(pieces)
+
+    def pieces(self, ids) -> list[str]:
+        return [self.all[i] for i in ids]
+
+
 def child(args) -> None:
     """Translate the token-id lists of args.inputs with one engine; print a JSON result."""
     import torch
@@ -82,7 +94,35 @@ def child(args) -> None:
     model_dir = Path(spec["model_dir"])
     pad, bos, eos = spec["pad"], spec["bos"], spec["eos"]
     start = time.perf_counter()
-    if args.engine.startswith("transduce"):
+    if args.engine.startswith("transduce-ct2"):  # ours, through CTranslate2 (--engine)
+        from transduce import runtime
+        runtime.tune()
+        from transduce.decoding.config import DecodeConfig
+        from transduce.engines.ctranslate2 import (  # its backend first
+            CTranslate2Translator,
+            leave_cpu_to_ctranslate2,
+        )
+        from transduce.model import ModelConfig, Transformer
+        from transduce.runs.checkpoint import load_weights
+        threads = leave_cpu_to_ctranslate2()  # as CTranslate2Translator.load does
+        import ctranslate2  # after the engine's module, which picks CTranslate2's backend
+        model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
+        load_weights(model, model_dir / "model.safetensors")
+        pieces = _Pieces(json.loads((model_dir / "pieces.json").read_text()))
+        translator = CTranslate2Translator(
+            model, argparse.Namespace(src=pieces, tgt=pieces),
+            engine=ctranslate2.Translator(
+                str(model_dir / "ct2-fp32"), device="cpu", intra_threads=threads,
+                inter_threads=1, compute_type="int8" if args.engine.endswith("int8")
+                else "float32"))
+        decode = DecodeConfig(beam_size=k, length_penalty=alpha, length_normalization="power",
+                              max_len_a=0, max_len_b=max_len, min_len=min_len)
+        start = time.perf_counter()
+        for batch in _batches(sources, 64):
+            found = translator.search_batch([sources[i] for i in batch], decode)
+            for i, hyps in zip(batch, found, strict=True):
+                outputs[i] = list(hyps[0].tokens)
+    elif args.engine.startswith("transduce"):
         from transduce import runtime
         runtime.tune()  # as the transduce command does, before the first tensor
         from transduce.decoding.beam import beam_search

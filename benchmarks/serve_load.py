@@ -14,6 +14,8 @@ pays that alike.
     python benchmarks/serve_load.py --model runs/m30k-en-de
     python benchmarks/serve_load.py --model runs/m30k-en-de --clients 1 32 --seconds 10
     python benchmarks/serve_load.py --model runs/m30k-en-de --servers continuous batching
+    python benchmarks/serve_load.py --model runs/m30k-en-de --servers batching --workers 1 \
+        --clients 32 --engines transduce transduce-ct2 --serve-options --length-normalization power
 """
 
 from __future__ import annotations
@@ -107,6 +109,11 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
 
 SERVERS = {"continuous": ["--continuous-batching"], "batching": [],
            "one at a time": ["--no-batching"]}
+ENGINES = {"transduce": [], "transduce-int8": ["--dtype", "int8"],
+           "transduce-compiled": ["--compile"], "transduce-ct2": ["--engine", "ctranslate2"],
+           "transduce-ct2-int8": ["--engine", "ctranslate2", "--dtype", "int8"]}
+# continuous batching is transduce's own search's (the others batch the requests that came)
+CONTINUOUS = ("transduce", "transduce-int8")
 
 
 def main() -> None:
@@ -122,6 +129,12 @@ def main() -> None:
                         help="--threads of every server (default 0: the server's own choice)")
     parser.add_argument("--servers", nargs="+", default=list(SERVERS),
                         choices=list(SERVERS), help="which servers (default: all)")
+    parser.add_argument("--engines", nargs="+", default=["transduce"], choices=list(ENGINES),
+                        help="each server with each of these engines (`serve --engine`, "
+                             "`--dtype`, `--compile`; default: transduce)")
+    parser.add_argument("--serve-options", nargs=argparse.REMAINDER, default=[],
+                        help="options for every server, last (e.g. --length-normalization "
+                             "power, which CTranslate2's engine needs for a beam search)")
     args = parser.parse_args()
     sentences = [s for s in Path(args.src).read_text(encoding="utf-8").splitlines() if s.strip()]
     pair = tuple(args.pair.split(":"))
@@ -136,9 +149,14 @@ def main() -> None:
                for name, options in SERVERS.items() if name in args.servers
                for many in ((False,) if name == "one at a time" or args.workers == 1
                             else (False, True))]
+    servers = [(name if len(args.engines) == 1 else f"{engine}: {name}",
+                options + ENGINES[engine])
+               for engine in args.engines for name, options in servers
+               if not name.startswith("continuous") or engine in CONTINUOUS]
     for name, options in servers:
         process, url = start_server(args.model, ["--max-texts", "-1", "--threads",
-                                                 str(args.threads), *options])
+                                                 str(args.threads), *options,
+                                                 *args.serve_options])
         try:
             asyncio.run(load(url, sentences[:50], 4, 3.0, pair))  # warm-up
             for clients in args.clients:

@@ -84,6 +84,10 @@ def serve(args: argparse.Namespace) -> int:
     serving = dict(host=args.host, port=args.port, log_config=LOG_CONFIG, access_log=False,
                    timeout_graceful_shutdown=None)  # transduce.serve.access logs each request
     if settings.workers == 1:
+        if settings.threads_per_worker():  # before loading, as a worker's create_app does
+            import torch
+
+            torch.set_num_threads(settings.threads_per_worker())
         app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
                                      compile=args.compile, engine=args.engine), settings)
     else:  # each worker process builds its app from the environment (create_app's factory)

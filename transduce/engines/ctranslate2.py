@@ -38,6 +38,12 @@ from transduce.runtime import resolve_device
 
 log = logging.getLogger(__name__)
 
+# CTranslate2's matrix products on oneDNN unless the user says otherwise (CT2_USE_MKL=1), read as
+# ctranslate2 is first imported: on a 2-core Intel Xeon with AMX its MKL ones ran our trained
+# `tiny` model 5x slower (greedy) and 2.3x (beam 5) with 2 threads; on AMD EPYCs the two are
+# within 16% either way (docs/speed.md)
+os.environ.setdefault("CT2_USE_MKL", "0")
+
 DIRECTORY = "ctranslate2"  # beside the checkpoint's weights
 MADE_FROM = "made_from"  # in it: the size and time of the weights it was made from
 
@@ -79,6 +85,7 @@ class CTranslate2Translator(Translator):
                             "install 'transduce[export]'") from None
         place = resolve_device(str(device), setting="device")
         kind = "cuda" if place.type == "cuda" else "cpu"
+        threads = leave_cpu_to_ctranslate2() if kind == "cpu" else 0
         compute = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                    "int8": "int8" if kind == "cpu" else "int8_float16"}[dtype]
         supported = sorted(ctranslate2.get_supported_compute_types(kind))
@@ -89,7 +96,7 @@ class CTranslate2Translator(Translator):
         exported = export_once(run.model, run.tokenizers, run.weights)
         engine = ctranslate2.Translator(
             str(exported), device=kind, device_index=place.index or 0, compute_type=compute,
-            intra_threads=torch.get_num_threads() if kind == "cpu" else 0, inter_threads=1)
+            intra_threads=threads, inter_threads=1)
         data = run.config.data
         return cls(run.model.to(place), run.tokenizers, run.config.decode,
                    prefix=data.language_prefix(tgt_lang), data=data, engine=engine)
@@ -146,6 +153,16 @@ class CTranslate2Translator(Translator):
             if on_done is not None:
                 on_done(i, hypotheses)
         return found
+
+
+def leave_cpu_to_ctranslate2() -> int:
+    """PyTorch's threads down to one, before its thread pool starts (the run's model is loaded
+    and, for attention and scores, run by PyTorch): once PyTorch's OpenMP pool of 2 threads was
+    up, CTranslate2's searches on a 2-core CPU took 6x as long (its own OpenMP runtime's threads
+    and PyTorch's, on the same cores). Returns the threads PyTorch had, CTranslate2's now."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return threads
 
 
 def check_settings(decode: DecodeConfig, sampling: Sampling | None,

@@ -47,7 +47,9 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     if settings is None and os.environ.get(SETTINGS_VARIABLE):
         settings = ServeSettings.from_json(os.environ[SETTINGS_VARIABLE])
     settings = settings or ServeSettings.from_environment()
-    if settings.threads_per_worker():
+    # the threads of a worker, before its models load (CTranslate2's engine takes them then,
+    # and leaves PyTorch one: transduce.engines.ctranslate2)
+    if settings.threads_per_worker() and (models is None or settings.engine == "transduce"):
         torch.set_num_threads(settings.threads_per_worker())
     if models is None:
         given = os.environ.get(MODELS_VARIABLE) or os.environ.get(MODELS_VARIABLE[:-1], "")
