@@ -24,7 +24,8 @@ FLOORS = [
     ("runs", {"runs"}),
     ("decoding", {"decoding"}),
     ("training", {"training"}),
-    ("commands", {"api", "cli", "quickstart", "translate_command", "score_command", "serve_command",
+    ("commands", {"api", "cli", "quickstart", "translate_command", "evaluate_command",
+                  "score_command", "serve_command",
                   "models_command", "serve", "export", "engines", "importers", "visualize",
                   "__main__"}),
 ]

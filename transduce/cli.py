@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transduce import (
     __version__,
+    evaluate_command,
     models_command,
     runtime,
     score_command,
@@ -25,11 +26,12 @@ from transduce import (
 from transduce.config import load_config
 from transduce.data.config import DATASETS, TOKENIZERS, DataConfig
 from transduce.errors import TrainingError, UserError
+from transduce.evaluate_command import add_evaluate_options
 from transduce.files import check_output_file, check_writable
 from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce.options import add_config_options
 from transduce.runs.claim import holds_run
-from transduce.translate_command import add_evaluate_options, add_translate_options, at_least
+from transduce.translate_command import add_translate_options, at_least
 
 
 def _params(args: argparse.Namespace) -> None:
@@ -302,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Translate --src, score against --ref with sacreBLEU (BLEU, chrF and TER, "
                     "with their signatures), and report the speed.")
     add_evaluate_options(evaluate)
-    evaluate.set_defaults(run=translate_command.evaluate)
+    evaluate.set_defaults(run=evaluate_command.evaluate)
 
     scoring = commands.add_parser(
         "score", help="how probable a model finds given translations (to filter a corpus or "
