@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -86,7 +87,13 @@ class World:
         return box[0]
 
     def close(self) -> None:
+        """Leave the process group, on CPUs all together: a process that tears gloo down while
+        another still talks to it can abort that one as it exits. A process whose peers have
+        already failed waits no more than a few seconds for them."""
         if self.size > 1 and dist.is_initialized():
+            if dist.get_backend() == "gloo":
+                with contextlib.suppress(RuntimeError):
+                    dist.monitored_barrier(timeout=timedelta(seconds=10))
             dist.destroy_process_group()
 
 
