@@ -1,6 +1,6 @@
 import torch
 
-from transduce.model.cache import KVCache
+from transduce.model.cache import KVCache, SourceKVCache
 
 
 def test_append_returns_everything_so_far_across_growth():
@@ -159,3 +159,14 @@ def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
             got = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=static)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert int(static.length) == growing.length == 5
+
+
+def test_the_cross_attention_cache_holds_its_keys_contiguous():
+    """Keys and values that are views of the packed projection would be copied by every step's
+    matrix products (their heads are not one batch dimension with their rows)."""
+    packed = torch.randn(3, 7, 2, 2, 8)  # (sources, S, k|v, H, Dh)
+    k, v = packed.permute(2, 0, 3, 1, 4).unbind(0)
+    cache = SourceKVCache()
+    held = cache.append(k, v)
+    assert all(x.is_contiguous() for x in held + (cache.keys, cache.values))
+    torch.testing.assert_close(held, (k, v))

@@ -167,9 +167,10 @@ class SourceKVCache:
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Hold the keys and values of whole sources (B, H, S, Dh): once, or (continuous
         batching) those of sources that joined, after the ones held, the shorter padded."""
-        if self.keys is None:
-            self.keys, self.values = k, v
-            return k, v
+        if self.keys is None:  # contiguous: each step's products read them as they are (a
+            # view of the packed projection would be copied by every step's matmul)
+            self.keys, self.values = k.contiguous(), v.contiguous()
+            return self.keys, self.values
         held, new = self.keys.shape[0], k.shape[0]
         length = max(k.shape[2], self.keys.shape[2])
         room = self._room
