@@ -89,47 +89,27 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
         n = len(active)
         log_probs = steps.log_probs().view(n, width, -1)  # (n, width, V)
         vocab = log_probs.shape[-1]
-        if step < min_len:
-            log_probs[..., eos] = float("-inf")
         at_limit = step >= limits[active]  # only <eos> may follow
-        if at_limit.any():
-            log_probs[at_limit] = log_probs[at_limit].masked_fill(
-                torch.arange(vocab, device=device) != eos, float("-inf"))
         if step < forced.shape[1]:  # only the forced token may follow
             rows = step < forced_len[active]
             allowed = forced[active, step].clamp(min=0)
             keep = F.one_hot(allowed, vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep[rows], float("-inf"))
-        if table is not None:
-            lexical.forbid_unmet_eos(log_probs, progress, table, at_limit, eos)
-        if renormalize:  # over the tokens this step allows (Hugging Face's renormalize_logits)
-            log_probs = torch.log_softmax(log_probs, dim=-1)
-        top_scores, beam, token = _best_extensions(scores, log_probs, 2 * k)  # (n, 2k) each
-        if table is not None:  # in the order beams are filled from them
-            top_scores, beam, token, after = lexical.extensions(
-                table, progress, scores, log_probs, top_scores, beam, token)
-            complete = after.complete(table).tolist()
-        is_eos = token.eq(eos) & top_scores.isfinite()
+        candidates = extend(log_probs, scores, k, eos, early=step < min_len, at_limit=at_limit,
+                       table=table, progress=progress, renormalize=renormalize)
 
         # finished hypotheses: <eos> among a sentence's top k candidates
-        hits = (is_eos[:, :k]).nonzero().tolist()
-        if hits:
+        ends = candidates.ends(k)
+        if ends:
             prefix = tokens.view(n, width, -1)
-            for row, rank in hits:
-                met = table is None or complete[row][rank]
+            for row, rank, met in ends:
                 _add((finished if met else fallback)[int(active[row])], nbest, Hypothesis(
-                    float(top_scores[row, rank]) / length_penalty(step + 1, alpha, form),
-                    float(top_scores[row, rank]),
-                    tuple(prefix[row, beam[row, rank]].tolist())))
+                    float(candidates.scores[row, rank]) / length_penalty(step + 1, alpha, form),
+                    float(candidates.scores[row, rank]),
+                    tuple(prefix[row, candidates.beam[row, rank]].tolist())))
 
-        # the k best extensions that go on (there are at least k among 2k: one <eos> per beam)
-        order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
-        if width == k:  # as many as can stay in their parent's row do, so fewer rows move
-            order = order.gather(1, _in_parents_rows(beam.gather(1, order)))
-        scores = top_scores.gather(1, order)
-        beam, token = beam.gather(1, order), token.gather(1, order)
-        if table is not None:
-            progress = after.gather(order)
+        # the k best extensions that go on; as many as can stay in their parent's row do
+        scores, beam, token, progress = candidates.going_on(k, in_parents=width == k)
         rows = (torch.arange(n, device=device)[:, None] * width + beam).view(-1)
         tokens = torch.cat([tokens.index_select(0, rows), token.view(-1, 1)], dim=1)
         if width == 1:  # each sentence's row becomes its k beams (which share its source side)
@@ -139,10 +119,8 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
             steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
-        exact = decode.stopping == "exact"
-        contenders = scores if table is None or exact else \
-            lexical.contenders(scores, progress, table)
-        done = _done(finished, active, contenders, limits, step, nbest, alpha, form, exact)
+        done = sentences_done([finished[i] for i in active.tolist()], scores, progress, table,
+                              limits[active].tolist(), [step] * n, nbest, decode)
         if on_done is not None:
             for sentence in active[done].tolist():
                 on_done(sentence, _best(finished[sentence], fallback[sentence], nbest))
@@ -164,6 +142,70 @@ def _best(finished: list[Hypothesis], fallback: list[Hypothesis], nbest: int
     """The nbest best of `finished`, made up from `fallback` (hypotheses that did not meet
     their constraints) where there are fewer."""
     return (sorted(finished, reverse=True) + sorted(fallback, reverse=True))[:nbest]
+
+
+@dataclass
+class Extensions:
+    """A step's candidate extensions of each sentence's beams, (n, 2k) each, in the order beams
+    are filled from them: total log-probabilities, the beams they extend, their tokens, whether
+    they end (<eos>), and with constraints each one's progress and whether it has met them."""
+
+    scores: Tensor
+    beam: Tensor
+    token: Tensor
+    is_eos: Tensor
+    progress: lexical.Progress | None = None
+    complete: list[list[bool]] | None = None
+
+    def ends(self, k: int) -> list[tuple[int, int, bool]]:
+        """(row, rank, constraints met) of the candidates among each sentence's top k that end
+        in <eos>: its finished hypotheses."""
+        return [(row, rank, self.complete is None or self.complete[row][rank])
+                for row, rank in self.is_eos[:, :k].nonzero().tolist()]
+
+    def going_on(self, k: int, in_parents: bool | Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor, lexical.Progress | None]:
+        """The k best candidates that do not end (there are at least k among 2k: one <eos> per
+        beam): their scores, beams, tokens (n, k) and progress. Where `in_parents` (for every
+        sentence, or (n,) each), the new beams are ordered so that as many as can stay in their
+        parent's row do, and fewer rows move (`_in_parents_rows`)."""
+        order = torch.argsort(self.is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
+        if in_parents is not False:
+            moved = order.gather(1, _in_parents_rows(self.beam.gather(1, order)))
+            order = moved if in_parents is True else torch.where(in_parents[:, None], moved,
+                                                                 order)
+        progress = None if self.progress is None else self.progress.gather(order)
+        return (self.scores.gather(1, order), self.beam.gather(1, order),
+                self.token.gather(1, order), progress)
+
+
+def extend(log_probs: Tensor, scores: Tensor, k: int, eos: int, *, early: bool | Tensor,
+           at_limit: Tensor, table: lexical.Constraints | None,
+           progress: lexical.Progress | None, renormalize: bool) -> Extensions:
+    """One step of beam search over the next token's log-probabilities (n, width, V), which it
+    may change: no <eos> where `early` (before the minimum length; for every sentence, or (n,)
+    each), only <eos> where `at_limit` (n,), none before a beam has met its constraints; then
+    the 2k best extensions of each sentence's beams (log-probabilities `scores` (n, width))."""
+    vocab = log_probs.shape[-1]
+    if early is True:
+        log_probs[..., eos] = float("-inf")
+    elif early is not False and early.any():
+        log_probs[early, :, eos] = float("-inf")
+    if at_limit.any():
+        log_probs[at_limit] = log_probs[at_limit].masked_fill(
+            torch.arange(vocab, device=log_probs.device) != eos, float("-inf"))
+    if table is not None:
+        lexical.forbid_unmet_eos(log_probs, progress, table, at_limit, eos)
+    if renormalize:  # over the tokens this step allows (Hugging Face's renormalize_logits)
+        log_probs = torch.log_softmax(log_probs, dim=-1)
+    top_scores, beam, token = _best_extensions(scores, log_probs, 2 * k)
+    after = complete = None
+    if table is not None:  # in the order beams are filled from them
+        top_scores, beam, token, after = lexical.extensions(
+            table, progress, scores, log_probs, top_scores, beam, token)
+        complete = after.complete(table).tolist()
+    return Extensions(top_scores, beam, token, token.eq(eos) & top_scores.isfinite(), after,
+                      complete)
 
 
 def _best_extensions(scores: Tensor, log_probs: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -209,21 +251,28 @@ def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
         heapq.heapreplace(heap, hypothesis)
 
 
-def _done(finished, active: Tensor, scores: Tensor, limits: Tensor, step: int, nbest: int,
-          alpha: float, form: str, exact: bool) -> Tensor:
-    """Sentences with nbest finished hypotheses that no live beam beats: at the length it would
-    have if it ended now, or (exact) at the best length still possible."""
-    done = torch.zeros(len(active), dtype=torch.bool)
-    best_live = scores.max(dim=1).values.tolist()  # log-probabilities: they only fall
-    for row, sentence in enumerate(active.tolist()):
-        heap = finished[sentence]
+def sentences_done(heaps: list[list[Hypothesis]], scores: Tensor,
+                   progress: lexical.Progress | None, table: lexical.Constraints | None,
+                   limits: list[int], steps: list[int], nbest: int, decode: DecodeConfig
+                   ) -> Tensor:
+    """Which sentences are done (n,): those with nbest finished hypotheses (`heaps`) that no
+    live beam (log-probabilities `scores` (n, k)) beats: at the length it would have if it
+    ended next, after `steps` steps, or (exact stopping) at the best length still possible
+    within `limits`. With constraints, early stopping weighs only the beams that have met
+    them (a beam that could end now)."""
+    alpha, form = decode.length_penalty, decode.length_normalization
+    exact = decode.stopping == "exact"
+    contenders = scores if table is None or exact else lexical.contenders(scores, progress, table)
+    done = torch.zeros(len(heaps), dtype=torch.bool)
+    best_live = contenders.max(dim=1).values.tolist()  # log-probabilities: they only fall
+    for row, heap in enumerate(heaps):
         if len(heap) < nbest:
             continue
         if best_live[row] == float("-inf"):
             done[row] = True
             continue
-        # a live beam has step + 1 tokens; ending next, step + 2 with <eos>. Exact: the best it
-        # can reach is its log-prob now over the largest (alpha >= 0) length penalty possible
-        length = int(limits[sentence]) + 1 if exact and alpha >= 0 else step + 2
+        # a live beam has steps + 1 tokens; ending next, steps + 2 with <eos>. Exact: the best
+        # it can reach is its log-prob now over the largest (alpha >= 0) length penalty possible
+        length = limits[row] + 1 if exact and alpha >= 0 else steps[row] + 2
         done[row] = best_live[row] / length_penalty(length, alpha, form) <= heap[0].score
     return done.to(scores.device)

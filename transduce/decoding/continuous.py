@@ -24,9 +24,9 @@ from transduce.decoding.beam import (
     Hypothesis,
     _add,
     _best,
-    _best_extensions,
-    _in_parents_rows,
+    extend,
     length_penalty,
+    sentences_done,
 )
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.searchable import Searchable
@@ -131,14 +131,6 @@ class ContinuousSearch:
         n, own = len(self.sentences), self._own
         log_probs = self.steps.log_probs().view(n, k, -1)  # (n, k, V)
         vocab = log_probs.shape[-1]
-        early = own < decode.min_len
-        if early.any():
-            log_probs[early, :, eos] = float("-inf")
-        limits = self._limits
-        at_limit = own >= limits  # only <eos> may follow
-        if at_limit.any():
-            log_probs[at_limit] = log_probs[at_limit].masked_fill(
-                torch.arange(vocab, device=own.device) != eos, float("-inf"))
         steps_taken = own.tolist()
         forced = [(i, s.forced[steps_taken[i]]) for i, s in enumerate(self.sentences)
                   if steps_taken[i] < len(s.forced)] if self._forcing else []
@@ -147,40 +139,27 @@ class ContinuousSearch:
             keep = F.one_hot(torch.tensor([t for _, t in forced], device=own.device),
                              vocab).bool()[:, None, :]
             log_probs[rows] = log_probs[rows].masked_fill(~keep, float("-inf"))
-        table = self._table
-        if table is not None:
-            lexical.forbid_unmet_eos(log_probs, self._progress, table, at_limit, eos)
-        if decode.renormalize:
-            log_probs = torch.log_softmax(log_probs, dim=-1)
-        top_scores, beam, token = _best_extensions(self._scores, log_probs, 2 * k)
-        if table is not None:  # in the order beams are filled from them
-            top_scores, beam, token, after = lexical.extensions(
-                table, self._progress, self._scores, log_probs, top_scores, beam, token)
-            complete = after.complete(table).tolist()
-        is_eos = token.eq(eos) & top_scores.isfinite()
+        candidates = extend(log_probs, self._scores, k, eos, early=own < decode.min_len,
+                       at_limit=own >= self._limits, table=self._table,
+                       progress=self._progress, renormalize=decode.renormalize)
 
-        hits = is_eos[:, :k].nonzero().tolist()
-        if hits:
+        ends = candidates.ends(k)
+        if ends:
             prefix = self._tokens.view(n, k, -1)
-            for row, rank in hits:
+            for row, rank, met in ends:
                 length = steps_taken[row]
-                tokens = prefix[row, beam[row, rank]]
+                tokens = prefix[row, candidates.beam[row, rank]]
                 sentence = self.sentences[row]
-                met = table is None or complete[row][rank]
                 _add(sentence.finished if met else sentence.fallback, self.nbest, Hypothesis(
-                    float(top_scores[row, rank]) / length_penalty(
+                    float(candidates.scores[row, rank]) / length_penalty(
                         length + 1, decode.length_penalty, decode.length_normalization),
-                    float(top_scores[row, rank]),
+                    float(candidates.scores[row, rank]),
                     tuple(tokens[tokens.shape[0] - length:].tolist())))
 
-        order = torch.argsort(is_eos.to(torch.int8), dim=1, stable=True)[:, :k]
         # as beam_search: beams stay in their parents' rows where they can, from the second step
-        moved = order.gather(1, _in_parents_rows(beam.gather(1, order)))
-        order = torch.where((own > 0)[:, None], moved, order)
-        self._scores = top_scores.gather(1, order)
-        beam, token = beam.gather(1, order), token.gather(1, order)
-        if table is not None:
-            self._progress = after.gather(order)
+        self._scores, beam, token, progress = candidates.going_on(k, in_parents=own > 0)
+        if self._table is not None:
+            self._progress = progress
         rows = (torch.arange(n, device=own.device)[:, None] * k + beam).view(-1)
         longest = int(own.max()) + 1
         self._tokens = torch.cat([self._tokens.index_select(0, rows), token.view(-1, 1)],
@@ -188,7 +167,9 @@ class ContinuousSearch:
         self.steps.reorder_beams(rows)
         self.steps.append(token.view(-1))
 
-        done = self._done(steps_taken)
+        done = sentences_done([s.finished for s in self.sentences], self._scores,
+                              self._progress, self._table, [s.limit for s in self.sentences],
+                              steps_taken, self.nbest, decode)
         self._own = own + 1
         if not done.any():
             return []
@@ -211,24 +192,3 @@ class ContinuousSearch:
         self._tokens = self._tokens.index_select(0, rows)
         self.steps.select(keep)
         return found
-
-    def _done(self, steps_taken: list[int]) -> Tensor:
-        """As beam_search's: sentences with their n-best finished that no live beam beats, at
-        the length it would have ending next (early) or at its longest (exact)."""
-        decode = self.decode
-        alpha, form = decode.length_penalty, decode.length_normalization
-        exact = decode.stopping == "exact" and alpha >= 0
-        done = torch.zeros(len(self.sentences), dtype=torch.bool)
-        contenders = self._scores if self._table is None or decode.stopping == "exact" else \
-            lexical.contenders(self._scores, self._progress, self._table)
-        best_live = contenders.max(dim=1).values.tolist()
-        for row, sentence in enumerate(self.sentences):
-            heap = sentence.finished
-            if len(heap) < self.nbest:
-                continue
-            if best_live[row] == float("-inf"):
-                done[row] = True
-                continue
-            length = sentence.limit + 1 if exact else steps_taken[row] + 2
-            done[row] = best_live[row] / length_penalty(length, alpha, form) <= heap[0].score
-        return done.to(self._scores.device)
