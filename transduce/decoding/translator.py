@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -125,10 +126,10 @@ class Translator:
 
     def into(self, tgt_lang: str | None) -> Translator:
         """This translator, translating into `tgt_lang` (a multilingual model's languages);
-        the same model, not a copy."""
-        prefix = self.data.language_prefix(tgt_lang) if self.data is not None else ""
-        return type(self)(self.model, self.tokenizers, self.decode, prefix=prefix,
-                          data=self.data)
+        the same model (and engine), not a copy."""
+        translator = copy.copy(self)
+        translator.prefix = self.data.language_prefix(tgt_lang) if self.data is not None else ""
+        return translator
 
 
     def decode_config(self, **settings) -> DecodeConfig:

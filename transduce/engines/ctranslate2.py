@@ -101,11 +101,6 @@ class CTranslate2Translator(Translator):
         return cls(run.model.to(place), run.tokenizers, run.config.decode,
                    prefix=data.language_prefix(tgt_lang), data=data, engine=engine)
 
-    def into(self, tgt_lang: str | None) -> CTranslate2Translator:
-        prefix = self.data.language_prefix(tgt_lang) if self.data is not None else ""
-        return type(self)(self.model, self.tokenizers, self.decode, prefix=prefix,
-                          data=self.data, engine=self.engine)
-
     def check_search(self, decode: DecodeConfig, sampling: Sampling | None = None) -> None:
         check_settings(decode, sampling, None)
 
