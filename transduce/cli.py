@@ -31,7 +31,8 @@ from transduce.files import check_output_file, check_writable
 from transduce.model import PRESETS, ModelConfig, Transformer
 from transduce.options import add_config_options
 from transduce.runs.claim import holds_run
-from transduce.translate_command import add_translate_options, at_least
+from transduce.search_options import at_least
+from transduce.translate_command import add_translate_options
 
 
 def _params(args: argparse.Namespace) -> None:

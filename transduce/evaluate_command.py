@@ -10,16 +10,18 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.files import check_output_file
-from transduce.translate_command import (
+from transduce.search_options import (
     add_glossary_option,
     add_model_and_search_options,
     check_against_run,
     check_device_options,
     decode_options,
     load_translator,
+    search_options,
+)
+from transduce.translate_command import (
     one_line,
     read_input,
-    search_options,
 )
 
 

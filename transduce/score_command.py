@@ -9,12 +9,14 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.files import check_output_file
-from transduce.translate_command import (
-    INTERRUPTED,
+from transduce.search_options import (
     add_device_options,
     add_model_options,
     check_device_options,
     load_translator,
+)
+from transduce.translate_command import (
+    INTERRUPTED,
     read_input,
 )
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from transduce.errors import UserError
 from transduce.options import add_config_options, from_environment
-from transduce.serve.settings import ENVIRONMENT, ServeSettings
-from transduce.translate_command import (
+from transduce.search_options import (
     add_decode_options,
     add_device_options,
     at_least,
     check_device_options,
     decode_options,
 )
+from transduce.serve.settings import ENVIRONMENT, ServeSettings
 
 log = logging.getLogger("transduce.serve")
 DEVICE = ("device", "dtype", "compile", "engine")  # the fields add_device_options declares

@@ -158,7 +158,7 @@ def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
 
     from transduce.cli import build_parser
     from transduce.runs import checkpoint as ckpt
-    from transduce.translate_command import load_translator
+    from transduce.search_options import load_translator
 
     run = tmp_path / "run"
     start_run(load_config(overrides=[*FAST, "train.max_updates=4", "train.save_every=2",
