@@ -7,11 +7,12 @@ from transduce.serve.batcher import Batcher, Search
 from .conftest import SENTENCES
 
 
-def _serve(batcher: Batcher, requests: list[tuple[list[str], Search]]):
+def _serve(batcher: Batcher, requests: list[tuple]):
+    """batcher.translate(*request) for every request at once: their results."""
     async def main():
         batcher.start()
         try:
-            return await asyncio.gather(*(batcher.translate(s, search) for s, search in requests))
+            return await asyncio.gather(*(batcher.translate(*request) for request in requests))
         finally:
             await batcher.stop()
     return asyncio.run(main())
@@ -98,54 +99,32 @@ def _search(translator, beam_size: int, nbest: int = 1) -> Search:
     return Search(translator.decode_config(beam_size=beam_size), nbest)
 
 
+WANTED = {"prefixes": [["neun", ""], None, ["", "sieben"], None],  # two sentences a request
+          "terms": [[["ZZ"], []], None, [[], ["QQ", "neun"]], None]}
+
+
 @pytest.mark.parametrize("engine", ["batcher", "continuous"])
-def test_prefixes_are_each_sentences_own_in_a_batch_with_others(translator, engine):
-    """Requests with target prefixes batched with requests without: each gets what it gets
-    alone, its translations starting with their prefixes."""
+@pytest.mark.parametrize("wanted", WANTED)
+def test_prefixes_and_terms_are_each_sentences_own_in_a_batch_with_others(translator, engine,
+                                                                          wanted):
+    """Requests with target prefixes (or glossary terms) batched with requests without: each
+    gets what it gets alone, its translations starting with their prefixes (holding their
+    terms)."""
     from transduce.serve.continuous import ContinuousBatcher
 
     batcher = (Batcher(translator, wait=0.05) if engine == "batcher"
                else ContinuousBatcher(translator))
     beam = _search(translator, 3)
-    prefixes = [["neun", ""], None, ["", "sieben"], None]
-    requests = [(SENTENCES[2 * i:2 * i + 2], p) for i, p in enumerate(prefixes)]
-
-    async def main():
-        batcher.start()
-        try:
-            return await asyncio.gather(*(batcher.translate(s, beam, p) for s, p in requests))
-        finally:
-            await batcher.stop()
-    results = asyncio.run(main())
-    for (sentences, forced), got in zip(requests, results, strict=True):
-        alone = translator.translate_detailed(sentences, beam_size=3, prefixes=forced)
+    asked = WANTED[wanted]
+    requests = [(SENTENCES[2 * i:2 * i + 2], beam, *((a, None) if wanted == "prefixes"
+                                                     else (None, a)))
+                for i, a in enumerate(asked)]
+    results = _serve(batcher, requests)
+    for (sentences, *_), a, got in zip(requests, asked, results, strict=True):
+        alone = translator.translate_detailed(sentences, beam_size=3, **{wanted: a})
         assert [t.text for t in got] == [t.text for t in alone]
-        for t, prefix in zip(got, forced or ["", ""], strict=True):
-            assert t.text.startswith(prefix)
-
-
-@pytest.mark.parametrize("engine", ["batcher", "continuous"])
-def test_terms_are_each_sentences_own_in_a_batch_with_others(translator, engine):
-    """Requests with glossary terms batched with requests without: each gets what it gets
-    alone, its translations holding their terms."""
-    from transduce.serve.continuous import ContinuousBatcher
-
-    batcher = (Batcher(translator, wait=0.05) if engine == "batcher"
-               else ContinuousBatcher(translator))
-    beam = _search(translator, 3)
-    terms = [[["ZZ"], []], None, [[], ["QQ", "neun"]], None]
-    requests = [(SENTENCES[2 * i:2 * i + 2], t) for i, t in enumerate(terms)]
-
-    async def main():
-        batcher.start()
-        try:
-            return await asyncio.gather(*(batcher.translate(s, beam, None, t)
-                                          for s, t in requests))
-        finally:
-            await batcher.stop()
-    results = asyncio.run(main())
-    for (sentences, wanted), got in zip(requests, results, strict=True):
-        alone = translator.translate_detailed(sentences, beam_size=3, terms=wanted)
-        assert [t.text for t in got] == [t.text for t in alone]
-        for t, words in zip(got, wanted or [[], []], strict=True):
-            assert all(w in t.text for w in words)
+        for t, want in zip(got, a or [None, None], strict=True):
+            if wanted == "prefixes":
+                assert t.text.startswith(want or "")
+            else:
+                assert all(w in t.text for w in want or [])
