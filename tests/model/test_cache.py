@@ -161,6 +161,34 @@ def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
     assert int(static.length) == growing.length == 5
 
 
+def test_searches_sharing_a_storage_through_windows_give_the_growing_caches_logits():
+    """The compiled step's way: buffers kept from earlier searches (their stale keys masked),
+    of more rows or positions than this search's or fewer, and each step reading a window of
+    the positions, not all of them."""
+    from transduce.model.cache import StaticDecoderCache, StaticStorage, bucket
+
+    from ..conftest import random_tokens, small_model
+
+    model = small_model().eval()
+    storage = StaticStorage()
+    for rows, length in ((2, 20), (3, 5), (4, 18)):
+        src = random_tokens(rows, 7)
+        src[1, 4:] = 1
+        memory, mask = model.encode(src), model.src_mask(src)
+        tokens = random_tokens(rows, length)
+        static = StaticDecoderCache.empty(len(model.decoder.layers), storage=storage)
+        static.limit(length)
+        growing = model.new_cache()
+        with torch.no_grad():
+            for t in range(length):
+                if t:
+                    static.read(torch.arange(bucket(t)))
+                want = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=growing)
+                got = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=static)
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert static.layers[0].self_attention.keys.shape[2] == bucket(length - 1) + 1
+
+
 def test_the_cross_attention_cache_holds_its_keys_contiguous():
     """Keys and values that are views of the packed projection would be copied by every step's
     matrix products (their heads are not one batch dimension with their rows)."""

@@ -3,17 +3,21 @@ over its static cache (transduce.model.cache.StaticKVCache), as gpt-fast compile
 forward over its own cache.
 
 `Compiled(model)` is searched like the model itself (greedy, beam, sampling, in ensembles): its
-`steps` are the model's `DecoderSteps` over a `StaticDecoderCache`, preallocated to the search's
-length limit, written at a position that is a tensor; each step attends to every position with
-those not written yet masked, so the step's code and shapes stay the same from step to step and
-Inductor compiles it once (its rows vary: finished sentences leave the batch; those compile as a
-dynamic dimension). The first step runs eagerly: it fills the cross-attention caches and
-allocates the static ones, which the compiled steps then only read and write. Inductor's C++
-wrapper calls the kernels, not Python.
+`steps` are the model's `DecoderSteps` over a `StaticDecoderCache`, written at a position that
+is a tensor; each step attends to a window of the positions, the least power of two above the
+newest (16, 32, 64, ...: `bucket`), with those not written yet masked, so the step's code stays
+the same from step to step and Inductor compiles it once: rows (finished sentences leave the
+batch), source length and window length are marked as sizes that vary (one graph for them all,
+and one more for a single row, which Dynamo specialises). The first step runs eagerly: it fills
+the cross-attention caches and takes the static buffers, which the compiled steps then only
+read and write. The buffers are the `Compiled` model's, kept from search to search (a
+`StaticStorage`): allocating and zeroing a batch's took 40% of a greedy search of Multi30k
+(batches of 64, room for 200 tokens). So one search at a time runs a `Compiled` model.
+Inductor's C++ wrapper calls the kernels, not Python.
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step
-costs (an interactive request); at 64 sentences and more the matrix products dominate, and
-attending over the whole preallocated length and reordering whole buffers cost what they save
+costs (an interactive request), and the greedy search of a batch; beam search's steps, with a
+source's beams attending to its keys together, run slower compiled than eager on CPUs
 (benchmarks/compiled_step.py and docs/speed.md). Compiling takes tens of seconds for each kind
 of search the first time a process runs it, so it is opt-in: `--compile`,
 `Translator.load(..., compile=True)`. The tokens are those of the eager search, up to float
@@ -25,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from transduce.model.cache import StaticDecoderCache
+from transduce.model.cache import StaticDecoderCache, StaticStorage, bucket
 from transduce.model.steps import DecoderSteps
 from transduce.model.transformer import Transformer
 
@@ -38,6 +42,7 @@ class Compiled(nn.Module):
         super().__init__()
         self.model = model
         self.config = model.config
+        self.storage = StaticStorage()  # the static caches' buffers, from search to search
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         return self.model.encode(src, src_mask)
@@ -46,7 +51,7 @@ class Compiled(nn.Module):
         """The compiled steps; without the cache, the model's own eager ones (for checking)."""
         if not use_cache:
             return self.model.steps(src, use_cache=False)
-        return CompiledSteps(self.model, src)
+        return CompiledSteps(self.model, src, self.storage)
 
     def decode_with_attention(self, *args, **kwargs) -> tuple[Tensor, Tensor]:
         return self.model.decode_with_attention(*args, **kwargs)
@@ -59,9 +64,14 @@ class CompiledSteps(DecoderSteps):
     """`DecoderSteps` over a static cache, every step after the first by the compiled
     `decode_next`."""
 
+    def __init__(self, model: Transformer, src: Tensor, storage: StaticStorage) -> None:
+        self.storage = storage
+        super().__init__(model, src)
+
     def new_cache(self) -> StaticDecoderCache:
         return StaticDecoderCache.empty(len(self.model.decoder.layers),
-                                        self.model.config.max_positions, self.memory.device)
+                                        self.model.config.max_positions, self.memory.device,
+                                        self.storage)
 
     def _decode(self) -> Tensor:
         if self.cache.layers[0].self_attention.keys is None:
@@ -69,8 +79,22 @@ class CompiledSteps(DecoderSteps):
         if not getattr(self, "_marked", False):  # once, before the first compiled step: a
             self._dynamic()  # mark costs ~10 us, a tenth of a small step
             self._marked = True
+            self._position = 1  # the next token's (the first step ran eagerly)
+        self.cache.read(self._window(bucket(self._position)))
+        self._position += 1
         return compiled_decode_next()(self.model, self.inputs, self.memory, self.src_mask,
                                       self.cache)
+
+    def _window(self, n: int) -> Tensor:
+        """arange(n), one tensor for each n in a process, its length marked as a size that
+        varies: one graph reads every window."""
+        key = (n, self.memory.device)
+        window = self.storage.windows.get(key)
+        if window is None:
+            window = torch.arange(n, device=self.memory.device)
+            torch._dynamo.mark_dynamic(window, 0)
+            self.storage.windows[key] = window
+        return window
 
     def _dynamic(self) -> None:
         """Rows, sources, source length and cache length marked as the sizes that vary, so
