@@ -27,11 +27,17 @@ def fused_attention_pays(q: Tensor, dropout: float) -> bool:
     """Whether to attend with `fused_attention`. Not for a decoding step's few queries with no
     gradient due (one, or one per beam of a source attending to its encoder output together):
     there the fused kernel's set-up costs more than the work, and two plain matrix products win
-    (a single query, and beam 5's five queries per source; docs/speed.md)."""
+    (a single query, and beam 5's five queries per source; docs/speed.md). Except in a
+    compiled step (transduce.decoding.compiled) for a source's beams together: Inductor's own
+    products copy the grouped queries and the keys' window every step, which made compiled
+    beam search a third slower than eager; the fused kernel reads them as they are."""
     if not kernels.fast():
         return False
-    return not (q.shape[2] <= FEW_QUERIES and not (q.requires_grad and torch.is_grad_enabled())
-                and not dropout)
+    few = (q.shape[2] <= FEW_QUERIES and not (q.requires_grad and torch.is_grad_enabled())
+           and not dropout)
+    if few and torch.compiler.is_compiling():
+        return q.shape[2] > 1
+    return not few
 
 
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
