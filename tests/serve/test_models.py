@@ -128,3 +128,22 @@ def test_settings_reach_the_workers_whole(tmp_path):
 def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
     monkeypatch.setattr("os.cpu_count", lambda: cpus)
     assert ServeSettings(workers=workers, threads=threads).threads_per_worker() == expected
+
+
+def test_a_compiled_model_is_warm_before_it_is_served(run_dir):
+    """With --compile the searches a request runs by default are compiled while the model
+    loads (before the server counts as up): translating one sentence, then several, compiles
+    nothing more."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from transduce.serve.models import load_models
+
+    torch._dynamo.reset()  # nothing compiled by earlier tests
+    counters.clear()
+    [served] = load_models([ModelSpec(run_dir)], compile=True)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    served.translator.translate(["seven"])
+    served.translator.translate(["three hundred and twelve", "forty-one", "one thousand"])
+    assert counters["stats"]["unique_graphs"] == graphs

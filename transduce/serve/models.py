@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,9 +92,23 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
             translator = loaded[spec] = engines.load(
                 spec.run_dir, engine=engine, device=device, dtype=dtype, compile=compile,
                 tgt_lang=tgt_lang)
+            if compile:
+                warm(translator, spec.run_dir)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models
+
+
+def warm(translator: Translator, run_dir: Path) -> None:
+    """Compile the search a request runs by default (the run's settings) before the server
+    counts as up, so that no client waits for it: a batch of one sentence and one of several
+    (Dynamo compiles a graph of its own for one row), each graph reading every window of
+    positions (transduce.decoding.compiled). A request with other settings (another beam size,
+    sampling) compiles its own graph when it first comes."""
+    start = time.perf_counter()
+    for sentences in (["warm"], ["warm up", "the compiled search"]):
+        translator.translate(sentences)
+    log.info("compiled the search of %s in %.0f s", run_dir, time.perf_counter() - start)
 
 
 def language_name(code: str) -> str:
