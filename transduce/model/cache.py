@@ -217,20 +217,18 @@ class StaticStorage:
         self.windows: dict[tuple, Tensor] = {}  # (n, device): arange(n), a window to read
 
     def take(self, name: tuple, like: Tensor, rows: int, capacity: int) -> Tensor:
-        """Buffer `name` as (rows, H, capacity, Dh) for tensors like `like` (B, H, 1, Dh): a
-        view of the one held, which grows (zeroed) where it is too small."""
+        """Buffer `name` as (rows, H, capacity, Dh) for tensors like `like` (B, H, 1, Dh): the
+        first rows of the one held for that capacity (a few: `bucket`), which grows (zeroed)
+        where it has too few. One buffer per capacity, so that its rows' stride is always the
+        same multiple of its length, as a compiled step's graph assumes."""
         _, heads, _, head_dim = like.shape
+        name = (*name, capacity, like.dtype, like.device)
         held = self._held.get(name)
-        if (held is None or held.shape[0] < rows or held.shape[2] < capacity
-                or held.shape[1] != heads or held.shape[3] != head_dim
-                or held.dtype != like.dtype or held.device != like.device):
-            room = rows, capacity
-            if held is not None and held.dtype == like.dtype and held.device == like.device \
-                    and held.shape[1::2] == (heads, head_dim):
-                room = max(rows, held.shape[0]), max(capacity, held.shape[2])
-            held = like.new_zeros(room[0], heads, room[1], head_dim)
+        if held is None or held.shape[0] < rows or held.shape[1::2] != (heads, head_dim):
+            held = like.new_zeros(max(rows, 0 if held is None else held.shape[0]), heads,
+                                  capacity, head_dim)
             self._held[name] = held
-        return held[:rows, :, :capacity]
+        return held[:rows]
 
 
 class StaticKVCache:
