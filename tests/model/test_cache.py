@@ -119,7 +119,7 @@ def test_compacting_order_moves_only_the_last_sentences_into_the_places_of_finis
 def test_a_static_cache_holds_what_the_growing_one_holds_through_reorders():
     """Written at its position, read through its mask: the positions written equal the growing
     cache's, through rows repeated (beams split), reordered in place and dropped."""
-    from transduce.model.cache import StaticKVCache
+    from transduce.model.static_cache import StaticKVCache
 
     position = torch.zeros((), dtype=torch.long)
     static, growing = StaticKVCache(position, capacity=6), KVCache()
@@ -142,7 +142,7 @@ def test_a_static_cache_holds_what_the_growing_one_holds_through_reorders():
 
 
 def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
-    from transduce.model.cache import StaticDecoderCache
+    from transduce.model.static_cache import StaticDecoderCache
 
     from ..conftest import random_tokens, small_model
 
@@ -165,7 +165,7 @@ def test_searches_sharing_a_storage_through_windows_give_the_growing_caches_logi
     """The compiled step's way: buffers kept from earlier searches (their stale keys masked),
     of more rows or positions than this search's or fewer, and each step reading a window of
     the positions, not all of them."""
-    from transduce.model.cache import StaticDecoderCache, StaticStorage, bucket
+    from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
 
     from ..conftest import random_tokens, small_model
 

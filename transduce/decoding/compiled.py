@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from transduce.model.cache import StaticDecoderCache, StaticStorage, bucket
+from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
 from transduce.model.steps import DecoderSteps
 from transduce.model.transformer import Transformer
 

@@ -157,9 +157,7 @@ class ContinuousSearch:
                     tuple(tokens[tokens.shape[0] - length:].tolist())))
 
         # as beam_search: beams stay in their parents' rows where they can, from the second step
-        self._scores, beam, token, progress = candidates.going_on(k, in_parents=own > 0)
-        if self._table is not None:
-            self._progress = progress
+        self._scores, beam, token, self._progress = candidates.going_on(k, in_parents=own > 0)
         rows = (torch.arange(n, device=own.device)[:, None] * k + beam).view(-1)
         longest = int(own.max()) + 1
         self._tokens = torch.cat([self._tokens.index_select(0, rows), token.view(-1, 1)],

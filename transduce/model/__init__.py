@@ -6,7 +6,8 @@ from transduce.exports import lazy_exports
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     "transduce.model.attention": ("MultiHeadAttention", "attention", "attention_with_weights"),
-    "transduce.model.cache": ("DecoderCache", "KVCache", "LayerCache", "StaticDecoderCache"),
+    "transduce.model.cache": ("DecoderCache", "KVCache", "LayerCache"),
+    "transduce.model.static_cache": ("StaticDecoderCache",),
     "transduce.model.config": ("PRESETS", "ModelConfig"),
     "transduce.model.embeddings": ("sinusoidal_encoding",),
     "transduce.model.masks": ("causal_mask", "padding_mask"),
@@ -16,10 +17,11 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 
 if TYPE_CHECKING:
     from transduce.model.attention import MultiHeadAttention, attention, attention_with_weights
-    from transduce.model.cache import DecoderCache, KVCache, LayerCache, StaticDecoderCache
+    from transduce.model.cache import DecoderCache, KVCache, LayerCache
     from transduce.model.config import PRESETS, ModelConfig
     from transduce.model.embeddings import sinusoidal_encoding
     from transduce.model.masks import causal_mask, padding_mask
+    from transduce.model.static_cache import StaticDecoderCache
     from transduce.model.steps import DecoderSteps
     from transduce.model.transformer import Decoder, Encoder, Transformer
 

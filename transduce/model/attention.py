@@ -10,8 +10,9 @@ from torch import Tensor, nn
 
 from transduce.kernels.attention import fused_attention, fused_attention_pays
 from transduce.kernels.linear import Linear
-from transduce.model.cache import KVCache, SourceKVCache, StaticKVCache
+from transduce.model.cache import KVCache, SourceKVCache
 from transduce.model.masks import causal_mask
+from transduce.model.static_cache import StaticKVCache
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,

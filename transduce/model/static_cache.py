@@ -1,0 +1,167 @@
+"""The static caches of a compiled search step (transduce.decoding.compiled): self-attention
+keys and values in buffers of the search's whole length, written at a position that is a
+tensor, read through a window of positions whose length grows in a few steps (`bucket`), the
+buffers kept from search to search (`StaticStorage`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from transduce.model.cache import DecoderCache, LayerCache, copy_rows, moved_rows
+
+
+class StaticStorage:
+    """The static caches' buffers, kept from one search to the next: two (keys and values) of
+    each layer's, and two more to reorder rows into. Fresh buffers of a search's whole length
+    cost more to allocate and zero (page faults on first touch) than the search's steps on a
+    small model. Zeroed once: a position not written yet in this search holds zeros or an
+    earlier search's keys, finite either way, and the mask gives it no weight. One search at a
+    time uses a storage (a compiled model's: transduce.decoding.compiled)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple, Tensor] = {}
+        self.windows: dict[tuple, Tensor] = {}  # (n, device): arange(n), a window to read
+
+    def take(self, name: tuple, like: Tensor, rows: int, capacity: int) -> Tensor:
+        """Buffer `name` as (rows, H, capacity, Dh) for tensors like `like` (B, H, 1, Dh): the
+        first rows of the one held for that capacity (a few: `bucket`), which grows (zeroed)
+        where it has too few. One buffer per capacity, so that its rows' stride is always the
+        same multiple of its length, as a compiled step's graph assumes."""
+        _, heads, _, head_dim = like.shape
+        name = (*name, capacity, like.dtype, like.device)
+        held = self._held.get(name)
+        if held is None or held.shape[0] < rows:  # (one model's: its heads are these)
+            held = self._held[name] = like.new_zeros(rows, heads, capacity, head_dim)
+        return held[:rows]
+
+
+class StaticKVCache:
+    """Self-attention keys and values in buffers of the search's whole length, (B, H, capacity,
+    Dh), each step's written at the decoder's position (a tensor shared by the layers), as
+    gpt-fast keeps them: the step's code stays the same from step to step, so `torch.compile`
+    compiles it once (transduce.decoding.compiled). Attention reads the positions of the
+    window (`StaticDecoderCache.read`; without one, every position) and `mask` hides those not
+    written yet. Rows are reordered into a spare buffer, as KVCache's, copying only the
+    positions filled. The buffers are views of a `StaticStorage`'s."""
+
+    def __init__(self, position: Tensor, capacity: int, storage: StaticStorage | None = None,
+                 layer: int = 0) -> None:
+        self.position = position  # 0-d: of the next token
+        self.capacity = capacity
+        self.storage = storage if storage is not None else StaticStorage()
+        self.layer = layer  # its buffers' name in the storage
+        self.window: Tensor | None = None  # arange(n): attention reads positions < n, if set
+        self.keys: Tensor | None = None  # (B, H, capacity, Dh): the rows in use of _buffers
+        self.values: Tensor | None = None
+        self._buffers: tuple[Tensor, Tensor] | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None
+        self._side = 0  # which of the storage's two buffers _buffers are
+
+    @property
+    def mask(self) -> Tensor:
+        """(1, window): the positions up to the newest query's (one query a step)."""
+        if self.window is not None:
+            return (self.window <= self.position)[None]
+        length = self.keys.shape[2]  # the capacity, as a size (a compiled step's may vary)
+        return (torch.arange(length, device=self.position.device) <= self.position)[None]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write one step's (B, H, 1, Dh) at the position; return the buffers' window (B, H,
+        window, Dh), to be read with `mask`."""
+        if self.keys is None:  # the first step's rows
+            batch, heads, _, head_dim = k.shape
+            self._buffers = tuple(self.storage.take((self.layer, name, 0), x, batch,
+                                                    self.capacity) for name, x in enumerate((k, v)))
+            self.keys, self.values = self._buffers
+        at = self.position.view(1)
+        self.keys.index_copy_(2, at, k)
+        self.values.index_copy_(2, at, v)
+        if self.window is None:
+            return self.keys, self.values
+        n = self.window.shape[0]
+        return self.keys[:, :, :n], self.values[:, :, :n]
+
+    def select(self, index: Tensor) -> None:
+        """Keep rows `index` (1-D, may repeat): in place where few move, else into the spare."""
+        if self.keys is None:
+            return
+        filled = int(self.position)
+        rows = len(index)
+        moved = moved_rows(index) if rows <= len(self.keys) else None
+        if moved is not None:
+            for buffer in (self.keys, self.values):
+                copy_rows(buffer[:, :, :filled], index[moved], moved)
+        else:
+            if self._spare is None or len(self._spare[0]) < rows:
+                self._spare = tuple(self.storage.take((self.layer, name, 1 - self._side), b, rows,
+                                                      self.capacity)
+                                    for name, b in enumerate(self._buffers))
+            for spare, held in zip(self._spare, (self.keys, self.values), strict=True):
+                torch.index_select(held[:, :, :filled], 0, index, out=spare[:rows, :, :filled])
+            self._buffers, self._spare = self._spare, self._buffers
+            self._side = 1 - self._side
+        self.keys, self.values = self._buffers[0][:rows], self._buffers[1][:rows]
+
+
+@dataclass
+class StaticDecoderCache(DecoderCache):
+    """A decoder's caches for a compiled step: static self-attention caches of one length,
+    written at one position, a tensor (`length`), which the decoder advances."""
+
+    position: Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.long))
+
+    @classmethod
+    def empty(cls, n_layers: int, max_length: int = 0, device=None,
+              storage: StaticStorage | None = None) -> StaticDecoderCache:
+        position = torch.zeros((), dtype=torch.long, device=device)
+        storage = storage if storage is not None else StaticStorage()
+        return cls([LayerCache(StaticKVCache(position, max_length, storage, i))
+                    for i in range(n_layers)], position)
+
+    @property
+    def length(self) -> Tensor:
+        return self.position
+
+    @property
+    def offset(self) -> Tensor:
+        return self.position  # every row's: no row joins a static cache
+
+    def advance(self, steps: int) -> None:
+        self.position.add_(steps)
+
+    def read(self, window: Tensor) -> None:
+        """The next steps attend to the positions below len(window) (window = arange(n), n at
+        least the next position + 1, less than the capacity), not to every one held: a
+        compiled step's attended length, a size that varies, grows in a few steps (`bucket`)."""
+        for layer in self.layers:
+            layer.self_attention.window = window
+
+    def limit(self, max_length: int) -> None:
+        """The length of every static buffer: set before the first step. Room for the largest
+        window read and one position more (a window never the whole buffer, so that its length
+        is never the buffer's, which a compiled step would have to tell apart)."""
+        for layer in self.layers:
+            layer.self_attention.capacity = bucket(max_length - 1) + 1
+
+    def select_rows(self, rows: Tensor) -> None:
+        for layer in self.layers:
+            layer.self_attention.select(rows)
+
+    def join(self, rows: int, device=None) -> None:
+        raise ValueError("a static cache is one search's: rows cannot join it (a compiled step "
+                         "does not batch continuously)")
+
+    def trim(self) -> None:
+        """Nothing to drop: no row joins a static cache."""
+
+
+def bucket(position: int) -> int:
+    """The attended length of a step at `position`: the least power of two above it, at least
+    16 (so 16, 32, 64, ...: a handful of lengths, and never more than twice those written)."""
+    window = 16
+    while window <= position:
+        window *= 2
+    return window
