@@ -1,3 +1,4 @@
+import random
 from pathlib import Path
 
 import pytest
@@ -132,8 +133,8 @@ def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
 
 def test_a_compiled_model_is_warm_before_it_is_served(run_dir):
     """With --compile the searches a request runs by default are compiled while the model
-    loads (before the server counts as up): translating one sentence, then several, compiles
-    nothing more."""
+    loads (before the server counts as up): batches of any size and length compile nothing
+    more."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -144,6 +145,9 @@ def test_a_compiled_model_is_warm_before_it_is_served(run_dir):
     [served] = load_models([ModelSpec(run_dir)], compile=True)
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > 0
-    served.translator.translate(["seven"])
-    served.translator.translate(["three hundred and twelve", "forty-one", "one thousand"])
+    words = "three hundred and twelve thousand and forty-one".split()
+    rng = random.Random(0)
+    for _ in range(20):  # of sentences that end at different steps
+        served.translator.translate([" ".join(rng.choices(words, k=rng.randint(1, 30)))
+                                     for _ in range(rng.randint(1, 32))])
     assert counters["stats"]["unique_graphs"] == graphs

@@ -6,9 +6,11 @@ forward over its own cache.
 `steps` are the model's `DecoderSteps` over a `StaticDecoderCache`, written at a position that
 is a tensor; each step attends to a window of the positions, the least power of two above the
 newest (16, 32, 64, ...: `bucket`), with those not written yet masked, so the step's code stays
-the same from step to step and Inductor compiles it once: rows (finished sentences leave the
-batch), source length and window length are marked as sizes that vary (one graph for them all,
-and one more for a single row, which Dynamo specialises). The first step runs eagerly: it fills
+the same from step to step and Inductor compiles it once: every size is one that varies from
+the first trace (`dynamic=True`: rows, as finished sentences leave the batch, source length,
+window length, buffer length), so one graph serves them all and one more a single source, which
+Dynamo specialises; the step's tensors are never views (Dynamo guards a view's base), so no
+batch compiles again (tests/serve/test_models.py). The first step runs eagerly: it fills
 the cross-attention caches and takes the static buffers, which the compiled steps then only
 read and write. The buffers are the `Compiled` model's, kept from search to search (a
 `StaticStorage`): allocating and zeroing a batch's took 40% of a greedy search of Multi30k
@@ -16,8 +18,8 @@ read and write. The buffers are the `Compiled` model's, kept from search to sear
 Inductor's C++ wrapper calls the kernels, not Python.
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step costs
-(an interactive request): on the trained Multi30k model in batches of 64, greedy search 1.26x
-eager and beam search 1.08x (a source's beams attend to its keys together through the fused
+(an interactive request): on the trained Multi30k model in batches of 64, greedy search 1.36x
+eager and beam search 1.05x (a source's beams attend to its keys together through the fused
 kernel: transduce.kernels.attention; benchmarks/compiled_step.py and docs/speed.md). Compiling
 takes tens of seconds for each kind of search the first time a process runs it, so it is opt-in:
 `--compile`, `Translator.load(..., compile=True)`. The tokens are those of the eager search, up
@@ -66,6 +68,7 @@ class CompiledSteps(DecoderSteps):
 
     def __init__(self, model: Transformer, src: Tensor, storage: StaticStorage) -> None:
         self.storage = storage
+        self._position = 1  # the next token's after the first step (which runs eagerly)
         super().__init__(model, src)
 
     def new_cache(self) -> StaticDecoderCache:
@@ -76,42 +79,21 @@ class CompiledSteps(DecoderSteps):
     def _decode(self) -> Tensor:
         if self.cache.layers[0].self_attention.keys is None:
             return _decode_next(self.model, self.inputs, self.memory, self.src_mask, self.cache)
-        if not getattr(self, "_marked", False):  # once, before the first compiled step: a
-            self._dynamic()  # mark costs ~10 us, a tenth of a small step
-            self._marked = True
-            self._position = 1  # the next token's (the first step ran eagerly)
         self.cache.read(self._window(bucket(self._position)))
         self._position += 1
-        return compiled_decode_next()(self.model, self.inputs, self.memory, self.src_mask,
-                                      self.cache)
+        # never views (`detach()`, no copy): Dynamo guards a view's base, so a graph traced
+        # with a view would not take the same tensor unviewed (after an index_select) and
+        # compile again, in a server while a client waits; the caches hold no views either
+        return compiled_decode_next()(self.model, self.inputs.detach(), self.memory.detach(),
+                                      self.src_mask.detach(), self.cache)
 
     def _window(self, n: int) -> Tensor:
-        """arange(n), one tensor for each n in a process, its length marked as a size that
-        varies: one graph reads every window."""
+        """arange(n), one tensor for each n in a process."""
         key = (n, self.memory.device)
         window = self.storage.windows.get(key)
         if window is None:
-            window = torch.arange(n, device=self.memory.device)
-            torch._dynamo.mark_dynamic(window, 0)
-            self.storage.windows[key] = window
+            window = self.storage.windows[key] = torch.arange(n, device=self.memory.device)
         return window
-
-    def _dynamic(self) -> None:
-        """Rows, sources, source length and cache length marked as the sizes that vary, so
-        that the graph compiled for a kind of search (greedy, beam) serves every batch instead
-        of one graph per size met (Dynamo's default would recompile for each and then give
-        up). Marks matter only when a graph is traced; later tensors need none."""
-        mark = torch._dynamo.maybe_mark_dynamic
-        mark(self.inputs, 0)
-        mark(self.memory, 0)
-        mark(self.memory, 1)
-        mark(self.src_mask, 0)
-        mark(self.src_mask, 3)
-        for layer in self.cache.layers:
-            for held in (layer.self_attention, layer.cross_attention):
-                for tensor in (held.keys, held.values):
-                    mark(tensor, 0)
-                    mark(tensor, 2)
 
 
 _COMPILED = None
@@ -122,7 +104,7 @@ def compiled_decode_next():
     once a process and shared by every model."""
     global _COMPILED
     if _COMPILED is None:
-        _COMPILED = torch.compile(_decode_next, options={"cpp_wrapper": True})
+        _COMPILED = torch.compile(_decode_next, dynamic=True, options={"cpp_wrapper": True})
     return _COMPILED
 
 

@@ -153,7 +153,8 @@ class KVCache:
 class SourceKVCache:
     """Cross-attention keys and values, (sources, H, S, Dh): computed from the encoder output at
     the first step, read at every later one. Held exactly (views of no larger buffer), so every
-    size a compiled step sees is a tensor's."""
+    size a compiled step sees is a tensor's, and never as a view (`detach()`: no copy), which a
+    compiled step's guards would tell apart from a tensor of its own and compile again."""
 
     def __init__(self) -> None:
         self.keys: Tensor | None = None
@@ -170,7 +171,7 @@ class SourceKVCache:
         batching) those of sources that joined, after the ones held, the shorter padded."""
         if self.keys is None:  # contiguous: each step's products read them as they are (a
             # view of the packed projection would be copied by every step's matmul)
-            self.keys, self.values = k.contiguous(), v.contiguous()
+            self.keys, self.values = k.contiguous().detach(), v.contiguous().detach()
             return self.keys, self.values
         held, new = self.keys.shape[0], k.shape[0]
         length = max(k.shape[2], self.keys.shape[2])
@@ -188,7 +189,7 @@ class SourceKVCache:
             buffer[held: held + new, :, x.shape[2]: length] = 0
             if old.shape[2] < length:  # the sources held, padded further (masked)
                 buffer[:held, :, old.shape[2]: length] = 0
-        self.keys, self.values = (b[: held + new, :, :length] for b in room)
+        self.keys, self.values = (b[: held + new, :, :length].detach() for b in room)
         return self.keys, self.values
 
     def select(self, index: Tensor) -> None:
@@ -202,7 +203,7 @@ class SourceKVCache:
             return
         for buffer in (self.keys, self.values):
             copy_rows(buffer, index[moved], moved)
-        self.keys, self.values = self.keys[: len(index)], self.values[: len(index)]
+        self.keys, self.values = (x[: len(index)].detach() for x in (self.keys, self.values))
 
 
 @dataclass

@@ -35,7 +35,7 @@ class StaticStorage:
         held = self._held.get(name)
         if held is None or held.shape[0] < rows:  # (one model's: its heads are these)
             held = self._held[name] = like.new_zeros(rows, heads, capacity, head_dim)
-        return held[:rows]
+        return held[:rows].detach()  # a tensor, not a view (see CompiledSteps)
 
 
 class StaticKVCache:
@@ -103,7 +103,7 @@ class StaticKVCache:
                 torch.index_select(held[:, :, :filled], 0, index, out=spare[:rows, :, :filled])
             self._buffers, self._spare = self._spare, self._buffers
             self._side = 1 - self._side
-        self.keys, self.values = self._buffers[0][:rows], self._buffers[1][:rows]
+        self.keys, self.values = (b[:rows].detach() for b in self._buffers)
 
 
 @dataclass

@@ -101,17 +101,12 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
 
 def warm(translator: Translator, run_dir: Path) -> None:
     """Compile the search a request runs by default (the run's settings) before the server
-    counts as up, so that no client waits for it: batches of one sentence and of several
-    (Dynamo compiles a graph of its own for one row, and again as it learns which sizes vary),
-    each graph reading every window of positions (transduce.decoding.compiled). A request with
-    other settings (another beam size, sampling) compiles its own graph when it first comes,
-    and so, for now, may a batch of another size (docs/speed.md)."""
+    counts as up, so that no client waits for it: a batch of one sentence and one of two
+    (Dynamo compiles a graph of its own for a single source; one more serves every other
+    batch: transduce.decoding.compiled). A request with other settings (another beam size,
+    sampling) compiles its own graphs when it first comes."""
     start = time.perf_counter()
-    words = "the compiled search warms up on a few batches of sentences".split()
-    for n in (1, 2, 3, 8):  # Dynamo compiles again for the second and third sizes it meets
-        batch = [" ".join(words[: 1 + i % len(words)]) for i in range(n)]
-        if n == 3:  # and a long one: a longer length limit, so larger static buffers
-            batch[-1] = " ".join(words * 5)
+    for batch in (["the compiled search warms up"], ["on a batch", "of two sentences"]):
         translator.translate(batch)
     log.info("compiled the search of %s in %.0f s", run_dir, time.perf_counter() - start)
 
