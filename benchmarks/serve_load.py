@@ -109,7 +109,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
 
 SERVERS = {"continuous": ["--continuous-batching"], "batching": [],
            "one at a time": ["--no-batching"]}
-ENGINES = {"transduce": [], "transduce-int8": ["--dtype", "int8"],
+ENGINES = {"transduce": ["--no-compile"], "transduce-int8": ["--dtype", "int8"],
            "transduce-compiled": ["--compile"], "transduce-ct2": ["--engine", "ctranslate2"],
            "transduce-ct2-int8": ["--engine", "ctranslate2", "--dtype", "int8"]}
 # continuous batching is transduce's own search's (the others batch the requests that came)

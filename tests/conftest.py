@@ -8,6 +8,11 @@ from transduce import ModelConfig, Transformer, kernels
 
 PAD = 1
 
+# `transduce serve` compiles its search by default on a CPU, tens of seconds a server: the
+# servers the tests start do not, unless a test asks (--compile; the default is tested in
+# tests/serve/test_models.py)
+os.environ.setdefault("TRANSDUCE_SERVE_COMPILE", "false")
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -295,3 +295,46 @@ def test_alignments_link_words_of_each_line_in_its_own_line(run_dir, text, tmp_p
         assert len(pairs) == len(set(pairs))
         if output.strip():
             assert {j for _, j in pairs} == set(range(len(output.split())))  # every word
+
+
+@pytest.mark.parametrize(("options", "compiled"), [
+    ([], False),  # the run's beam of 2: a beam search repays compiling later
+    (["--beam-size", "1"], True),
+    (["--beam-size", "1", "--no-compile"], False),
+    (["--beam-size", "1", "--device", "cpu", "--dtype", "bfloat16"], False),
+    (["--beam-size", "1", "--engine", "ctranslate2", "--length-normalization", "power"], False),
+])
+def test_translate_compiles_where_that_pays(run_dir, tmp_path, monkeypatch, options, compiled):
+    """Without --compile or --no-compile an input compiles once it is long enough to repay it
+    (a threshold lowered here: 5 words for greedy search, 6 for beams), in float32 on a CPU."""
+    from transduce.decoding import compiled as module
+
+    monkeypatch.setattr(module, "PAYS_AFTER_WORDS", {"greedy": 5, "beam": 6})
+    chosen = []  # each time translate compiled; the search then runs eagerly all the same
+    monkeypatch.setattr(Translator, "compiled", lambda self: chosen.append(True) or self)
+    source = tmp_path / "in.txt"
+    for text in ("seven\none hundred and two\n", "seven\none hundred\n"):  # 5 words, 3
+        source.write_text(text)
+        assert main(["translate", "--model", str(run_dir), "-i", str(source),
+                     "-o", str(tmp_path / "out.txt"), *options]) == 0
+    assert chosen == ([True] if compiled else [])
+
+
+@pytest.mark.slow  # compiles: tens of seconds
+def test_where_it_pays_translate_compiles_and_translates_the_same(run_dir, tmp_path,
+                                                                  monkeypatch):
+    from transduce.decoding import compiled as module
+
+    monkeypatch.setattr(module, "PAYS_AFTER_WORDS", {"greedy": 1, "beam": 1})
+    made = []
+    monkeypatch.setattr(module.Compiled, "__init__", lambda self, model, init=module.Compiled
+                        .__init__: made.append(model) or init(self, model))
+    source = tmp_path / "in.txt"
+    source.write_text("seven\none hundred and two\nforty-one\nthree thousand and nine\n")
+    outputs = []
+    for options in ([], ["--no-compile"]):
+        out = tmp_path / f"out{len(outputs)}.txt"
+        assert main(["translate", "--model", str(run_dir), "-i", str(source), "-o", str(out),
+                     "--device", "cpu", *options]) == 0
+        outputs.append(out.read_text())
+    assert len(made) == 1 and outputs[0] == outputs[1]

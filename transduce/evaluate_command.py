@@ -15,6 +15,7 @@ from transduce.search_options import (
     add_model_and_search_options,
     check_against_run,
     check_device_options,
+    compiled_where_it_pays,
     decode_options,
     load_translator,
     search_options,
@@ -48,7 +49,7 @@ def evaluate(args: argparse.Namespace) -> int:
                         f"has {len(references)}")
     check_against_run(args)
     options = search_options(args)
-    translator = load_translator(args)
+    translator = compiled_where_it_pays(load_translator(args), args, sources)
     translator.check_search(translator.decode_config(**decode_options(args)))
     start = time.perf_counter()
     hypotheses = translator.translate(sources, progress=sys.stderr.isatty(), **options)

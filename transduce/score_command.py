@@ -13,6 +13,7 @@ from transduce.search_options import (
     add_device_options,
     add_model_options,
     check_device_options,
+    compiled_where_it_pays,
     load_translator,
 )
 from transduce.translate_command import (
@@ -53,7 +54,7 @@ def score(args: argparse.Namespace) -> int:
     if len(sources) != len(targets):
         raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.tgt} "
                         f"has {len(targets)}")
-    translator = load_translator(args)
+    translator = compiled_where_it_pays(load_translator(args), args, sources)
     settings = {k: v for k, v in (("length_penalty", args.length_penalty),
                                   ("max_tokens", args.max_tokens)) if v is not None}
     try:

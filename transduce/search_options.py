@@ -85,10 +85,11 @@ def add_device_options(parser: argparse.ArgumentParser, engine: bool = True) -> 
                                  "the run's CTranslate2 export (made on first use, beside the "
                                  "checkpoint), with the search settings it has (docs/speed.md "
                                  "says when each wins; default: transduce)")
-    parser.add_argument("--compile", action="store_true",
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="run the search's decoder steps compiled by torch.compile: less "
                              "overhead per step (small batches gain most), 15-60 s of "
-                             "compiling first")
+                             "compiling first (default: where that pays, on a CPU in float32: "
+                             "serve, and inputs of 1 million words or more)")
 
 
 def add_glossary_option(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +101,10 @@ def add_glossary_option(parser: argparse.ArgumentParser) -> None:
 
 
 def check_device_options(args: argparse.Namespace) -> None:
-    """--device, --dtype and --compile together, before anything is loaded."""
+    """--device, --dtype and --compile together, before anything is loaded or read."""
+    from transduce.runtime import resolve_device
+
+    resolve_device(args.device, setting="--device")
     if args.compile and args.dtype == "int8":
         raise UserError("--compile and --dtype int8 do not go together: torch.compile cannot "
                         "look inside the int8 layers' fbgemm kernels; choose one")
@@ -187,5 +191,26 @@ def load_translator(args: argparse.Namespace) -> Translator:
                         "each run has (averaged, best, latest, update_0007000, ...), not a path")
     checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
     return engine.load(dirs, engine=getattr(args, "engine", "transduce"), device=args.device,
-                       dtype=args.dtype, checkpoint=checkpoints, compile=args.compile,
+                       dtype=args.dtype, checkpoint=checkpoints, compile=bool(args.compile),
                        tgt_lang=args.tgt_lang)
+
+
+def compiled_where_it_pays(translator: Translator, args: argparse.Namespace,
+                           lines: list[str]) -> Translator:
+    """The translator of `load_translator`, its search compiled if neither --compile nor
+    --no-compile is given and compiling pays for searching `lines` as the options say
+    (transduce.decoding.compiled.pays: one model of transduce's own engine, in float32 on a
+    CPU, a million source words or more)."""
+    if args.compile is not None or getattr(args, "engine", "transduce") != "transduce" \
+            or len(args.model) > 1:
+        return translator
+    from transduce.decoding.compiled import pays
+    from transduce.runs.load import read_config
+    from transduce.runtime import resolve_device
+
+    beams = 1 if getattr(args, "sample", False) else (
+        getattr(args, "beam_size", None) or read_config(Path(args.model[0])).decode.beam_size)
+    words = sum(len(line.split()) for line in lines)
+    if pays(resolve_device(args.device), args.dtype, words, beams):
+        return translator.compiled()
+    return translator

@@ -89,7 +89,8 @@ def serve(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(settings.threads_per_worker())
         app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
-                                     compile=args.compile, engine=args.engine), settings)
+                                     compile=settings.compiles(), engine=args.engine),
+                         settings)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)
         if any("," in m for m in args.model):

@@ -19,6 +19,7 @@ from transduce.search_options import (
     at_least,
     check_against_run,
     check_device_options,
+    compiled_where_it_pays,
     decode_options,
     flag_of,
     load_translator,
@@ -152,6 +153,7 @@ def translate(args: argparse.Namespace) -> int:
     if prefixes is not None and len(prefixes) != len(lines):
         raise UserError(f"line counts differ: --prefix-file {args.prefix_file} has "
                         f"{len(prefixes)} lines, {args.input or '<stdin>'} has {len(lines)}")
+    translator = compiled_where_it_pays(translator, args, lines)
     if args.split_sentences:
         from transduce.decoding.paragraphs import Paragraphs
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from transduce.cli import main
+from transduce.cli import build_parser, main
 from transduce.errors import UserError
 from transduce.serve import ModelSpec, create_app
 from transduce.serve.settings import ServeSettings, read_api_keys
@@ -85,7 +85,8 @@ def test_serve_options_come_from_the_environment_unless_given(monkeypatch):
     from transduce.serve_command import ENVIRONMENT, settings_of
 
     for name, value in (("MAX_CHARS", "200"), ("BATCHING", "false"), ("BEAM_SIZE", "2"),
-                        ("RATE_LIMIT", "5/minute"), ("MODEL", "a,b"), ("PORT", "6000")):
+                        ("RATE_LIMIT", "5/minute"), ("MODEL", "a,b"), ("PORT", "6000"),
+                        ("COMPILE", "false")):
         monkeypatch.setenv(ENVIRONMENT + name, value)
     parser = build_parser()
     argv = ["serve", "--max-chars", "300"]
@@ -93,7 +94,7 @@ def test_serve_options_come_from_the_environment_unless_given(monkeypatch):
     args.argv = argv
     from_environment(args.parser, args, ENVIRONMENT)
     assert args.model == ["a", "b"] and args.port == 6000
-    assert settings_of(args) == ServeSettings(max_chars=300, batching=False,
+    assert settings_of(args) == ServeSettings(max_chars=300, batching=False, compile=False,
                                               rate_limit="5/minute", decode={"beam_size": 2})
     monkeypatch.setenv(ENVIRONMENT + "MAX_TEXTS", "many")
     with pytest.raises(UserError, match="TRANSDUCE_SERVE_MAX_TEXTS='many': invalid literal"):
@@ -129,6 +130,27 @@ def test_settings_reach_the_workers_whole(tmp_path):
 def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
     monkeypatch.setattr("os.cpu_count", lambda: cpus)
     assert ServeSettings(workers=workers, threads=threads).threads_per_worker() == expected
+
+
+@pytest.mark.parametrize(("settings", "compiled"), [
+    ({}, True),  # transduce's search on a CPU in float32, batched: compiled unless told
+    ({"continuous_batching": True}, False),  # sentences join the search: no static cache
+    ({"continuous_batching": True, "batching": False}, True),
+    ({"engine": "ctranslate2"}, False), ({"dtype": "int8"}, False),
+    ({"dtype": "bfloat16"}, False), ({"compile": False}, False),
+    ({"compile": True, "dtype": "bfloat16"}, True)])
+def test_a_server_compiles_where_that_pays(settings, compiled):
+    assert ServeSettings(device="cpu", **settings).compiles() == compiled
+
+
+def test_serve_compiles_unless_told_not_to(monkeypatch):
+    from transduce.serve_command import settings_of
+
+    monkeypatch.delenv("TRANSDUCE_SERVE_COMPILE", raising=False)
+    parser = build_parser()
+    assert settings_of(parser.parse_args(["serve", "--model", "RUN"])).compile is None
+    assert settings_of(parser.parse_args(["serve", "--model", "RUN", "--no-compile"])
+                       ).compile is False
 
 
 def test_a_compiled_model_is_warm_before_it_is_served(run_dir):

@@ -132,6 +132,15 @@ class Translator:
         return translator
 
 
+    def compiled(self) -> Translator:
+        """This translator, its searches' decoder steps compiled (`Compiled`), as
+        `load(..., compile=True)` gives it; the same weights, not a copy."""
+        if isinstance(self.model, Compiled | Ensemble):
+            raise ValueError("compile a translator of one model, loaded uncompiled")
+        translator = copy.copy(self)
+        translator.model = Compiled(self.model)
+        return translator
+
     def decode_config(self, **settings) -> DecodeConfig:
         """This translator's search settings with `settings` (DecodeConfig's fields; None keeps
         a setting) replaced; an unknown name is a UserError listing the fields."""

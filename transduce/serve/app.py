@@ -58,7 +58,7 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
             raise UserError(f"no models: set {MODELS_VARIABLE} to run directories")
     if not isinstance(models[0], ServedModel):
         models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
-                             dtype=settings.dtype, compile=settings.compile,
+                             dtype=settings.dtype, compile=settings.compiles(),
                              engine=settings.engine)
     service = Service(list(models), settings)
 

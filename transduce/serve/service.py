@@ -53,7 +53,7 @@ class Service:
         no sentence can join, is searched, or another engine's search; else batches of the
         requests that came together."""
         settings = self.settings
-        if settings.batching and settings.continuous_batching and not settings.compile \
+        if settings.batching and settings.continuous_batching and not settings.compiles() \
                 and settings.engine == "transduce":
             return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
                                      on_step=self._counter(model, continuous=True))

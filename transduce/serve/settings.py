@@ -31,7 +31,7 @@ class ServeSettings:
     continuous_batching: bool = setting(False,
         "sentences join the search between its steps and leave it when finished, instead of a "
         "search taking the requests that came before it began: the same translations "
-        "(benchmarks/serve.md measures both; not with --compile)")
+        "(benchmarks/serve.md measures both; not compiled: with it, no --compile by default)")
     api_keys: Path | None = setting(None,
         "a file of API keys, one per line: a request giving a key must give one of them, and "
         "is rate-limited by its key instead of its address", metavar="FILE")
@@ -72,7 +72,9 @@ class ServeSettings:
         "but one, which is left to HTTP and the event loop)")
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
-    compile: bool = setting(False, "search steps compiled: as `transduce translate --compile`")
+    compile: bool | None = setting(None,
+        "search steps compiled: as `transduce translate --compile` (default: where that pays, "
+        "`compiles`)")
     engine: str = setting("transduce",
         "what searches: as `transduce translate --engine` (ctranslate2: batches of requests, "
         "not continuous batching)")
@@ -150,6 +152,19 @@ class ServeSettings:
     @classmethod
     def from_json(cls, text: str) -> ServeSettings:
         return cls(**json.loads(text))
+
+    def compiles(self) -> bool:
+        """--compile, --no-compile, or where it pays (transduce.decoding.compiled.pays): with
+        transduce's own search on a CPU in float32, batching the requests that came together
+        (continuous batching's sentences join a search, which a compiled step's static cache
+        cannot take)."""
+        if self.compile is not None:
+            return self.compile
+        from transduce.decoding.compiled import pays
+        from transduce.runtime import resolve_device
+
+        return (self.engine == "transduce" and not (self.batching and self.continuous_batching)
+                and pays(resolve_device(self.device), self.dtype))
 
     def threads_per_worker(self) -> int:
         """--threads; else with several workers the CPUs shared among them; with one, all CPUs
