@@ -89,7 +89,8 @@ def add_device_options(parser: argparse.ArgumentParser, engine: bool = True) -> 
                         help="run the search's decoder steps compiled by torch.compile: less "
                              "overhead per step (small batches gain most), 15-60 s of "
                              "compiling first (default: where that pays, on a CPU in float32: "
-                             "serve, and inputs of 1 million words or more)")
+                             "serve, and inputs of a million source words or more, 2.5 million "
+                             "for beam search; --no-compile: never)")
 
 
 def add_glossary_option(parser: argparse.ArgumentParser) -> None:

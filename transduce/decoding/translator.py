@@ -131,7 +131,6 @@ class Translator:
         translator.prefix = self.data.language_prefix(tgt_lang) if self.data is not None else ""
         return translator
 
-
     def compiled(self) -> Translator:
         """This translator, its searches' decoder steps compiled (`Compiled`), as
         `load(..., compile=True)` gives it; the same weights, not a copy."""
