@@ -102,3 +102,19 @@ def test_each_option_scores(run_dir, tmp_path, capsys, option):  # noqa: F811
         want = Translator.load(run_dir).score(["seven", "eight"], ["sieben", "acht"])
         assert [float(r[1]) for r in rows] == pytest.approx([w.log_prob for w in want],
                                                             abs=1e-4)
+
+
+def test_score_compiles_where_a_greedy_search_would(run_dir, tmp_path, monkeypatch):  # noqa: F811
+    """Teacher forcing runs one row a pair: the threshold of greedy search, whatever the run's
+    beam (2 here; a threshold lowered to 5 words, with 7 given)."""
+    from transduce.decoding import compiled as module
+
+    monkeypatch.setattr(module, "PAYS_AFTER_WORDS", {"greedy": 5, "beam": 100})
+    chosen = []  # the search then runs eagerly all the same
+    monkeypatch.setattr(Translator, "compiled", lambda self: chosen.append(True) or self)
+    (tmp_path / "src").write_text("\n".join(SOURCES) + "\n")
+    (tmp_path / "tgt").write_text("sieben\nneunundneunzig\nhundertzwei\nvierzig\n")
+    for options in ([], ["--no-compile"]):
+        assert main(["score", "--model", str(run_dir), "--src", str(tmp_path / "src"),
+                     "--tgt", str(tmp_path / "tgt"), *options]) == 0
+    assert chosen == [True]

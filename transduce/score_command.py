@@ -54,7 +54,8 @@ def score(args: argparse.Namespace) -> int:
     if len(sources) != len(targets):
         raise UserError(f"line counts differ: {args.src} has {len(sources)} lines, {args.tgt} "
                         f"has {len(targets)}")
-    translator = compiled_where_it_pays(load_translator(args), args, sources)
+    # teacher-forced: one row a pair, as a greedy search's
+    translator = compiled_where_it_pays(load_translator(args), args, sources, beams=1)
     settings = {k: v for k, v in (("length_penalty", args.length_penalty),
                                   ("max_tokens", args.max_tokens)) if v is not None}
     try:

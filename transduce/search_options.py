@@ -197,11 +197,11 @@ def load_translator(args: argparse.Namespace) -> Translator:
 
 
 def compiled_where_it_pays(translator: Translator, args: argparse.Namespace,
-                           lines: list[str]) -> Translator:
+                           lines: list[str], beams: int | None = None) -> Translator:
     """The translator of `load_translator`, its search compiled if neither --compile nor
-    --no-compile is given and compiling pays for searching `lines` as the options say
-    (transduce.decoding.compiled.pays: one model of transduce's own engine, in float32 on a
-    CPU, a million source words or more)."""
+    --no-compile is given and compiling pays for searching `lines` with `beams` beams (None:
+    as the options and the run say; transduce.decoding.compiled.pays: one model of
+    transduce's own engine, in float32 on a CPU, a million source words or more)."""
     if args.compile is not None or getattr(args, "engine", "transduce") != "transduce" \
             or len(args.model) > 1:
         return translator
@@ -209,8 +209,10 @@ def compiled_where_it_pays(translator: Translator, args: argparse.Namespace,
     from transduce.runs.load import read_config
     from transduce.runtime import resolve_device
 
-    beams = 1 if getattr(args, "sample", False) else (
-        getattr(args, "beam_size", None) or read_config(Path(args.model[0])).decode.beam_size)
+    if beams is None:
+        beams = 1 if getattr(args, "sample", False) else (
+            getattr(args, "beam_size", None)
+            or read_config(Path(args.model[0])).decode.beam_size)
     words = sum(len(line.split()) for line in lines)
     if pays(resolve_device(args.device), args.dtype, words, beams):
         return translator.compiled()
