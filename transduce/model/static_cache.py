@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from transduce.model.cache import DecoderCache, LayerCache, copy_rows, moved_rows
+from transduce.model.cache import DecoderCache, LayerCache, copy_rows
 
 
 class StaticStorage:
@@ -44,8 +44,8 @@ class StaticKVCache:
     gpt-fast keeps them: the step's code stays the same from step to step, so `torch.compile`
     compiles it once (transduce.decoding.compiled). Attention reads the positions of the
     window (`StaticDecoderCache.read`; without one, every position) and `mask` hides those not
-    written yet. Rows are reordered into a spare buffer, as KVCache's, copying only the
-    positions filled. The buffers are views of a `StaticStorage`'s."""
+    written yet. Rows are reordered as KVCache's (in place where few move, else into a spare
+    buffer), copying only the positions filled. The buffers are views of a `StaticStorage`'s."""
 
     def __init__(self, position: Tensor, capacity: int, storage: StaticStorage | None = None,
                  layer: int = 0) -> None:
@@ -72,8 +72,7 @@ class StaticKVCache:
         """Write one step's (B, H, 1, Dh) at the position; return the buffers' window (B, H,
         window, Dh), to be read with `mask`."""
         if self.keys is None:  # the first step's rows
-            batch, heads, _, head_dim = k.shape
-            self._buffers = tuple(self.storage.take((self.layer, name, 0), x, batch,
+            self._buffers = tuple(self.storage.take((self.layer, name, 0), x, len(x),
                                                     self.capacity) for name, x in enumerate((k, v)))
             self.keys, self.values = self._buffers
         at = self.position.view(1)
@@ -84,25 +83,36 @@ class StaticKVCache:
         n = self.window.shape[0]
         return self.keys[:, :, :n], self.values[:, :, :n]
 
+    @property
+    def rows(self) -> int:
+        return 0 if self.keys is None else len(self.keys)
+
     def select(self, index: Tensor) -> None:
-        """Keep rows `index` (1-D, may repeat): in place where few move, else into the spare."""
+        """Keep rows `index` (1-D, may repeat), copied into the spare buffers."""
+        if self.keys is None:
+            return
+        filled, rows = int(self.position), len(index)
+        if self._spare is None or len(self._spare[0]) < rows:
+            self._spare = tuple(self.storage.take((self.layer, name, 1 - self._side), b, rows,
+                                                  self.capacity)
+                                for name, b in enumerate(self._buffers))
+        for spare, held in zip(self._spare, (self.keys, self.values), strict=True):
+            torch.index_select(held[:, :, :filled], 0, index, out=spare[:rows, :, :filled])
+        self._buffers, self._spare = self._spare, self._buffers
+        self._side = 1 - self._side
+        self._keep(rows)
+
+    def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
+        """Copy rows `src` into rows `dst` in place, then keep the first `rows` (as
+        KVCache.move; the choice between the two is `transduce.model.cache._select`'s)."""
         if self.keys is None:
             return
         filled = int(self.position)
-        rows = len(index)
-        moved = moved_rows(index) if rows <= len(self.keys) else None
-        if moved is not None:
-            for buffer in (self.keys, self.values):
-                copy_rows(buffer[:, :, :filled], index[moved], moved)
-        else:
-            if self._spare is None or len(self._spare[0]) < rows:
-                self._spare = tuple(self.storage.take((self.layer, name, 1 - self._side), b, rows,
-                                                      self.capacity)
-                                    for name, b in enumerate(self._buffers))
-            for spare, held in zip(self._spare, (self.keys, self.values), strict=True):
-                torch.index_select(held[:, :, :filled], 0, index, out=spare[:rows, :, :filled])
-            self._buffers, self._spare = self._spare, self._buffers
-            self._side = 1 - self._side
+        for buffer in (self.keys, self.values):
+            copy_rows(buffer[:, :, :filled], src, dst)
+        self._keep(self.rows if rows is None else rows)
+
+    def _keep(self, rows: int) -> None:
         self.keys, self.values = (b[:rows].detach() for b in self._buffers)
 
 
@@ -145,10 +155,6 @@ class StaticDecoderCache(DecoderCache):
         is never the buffer's, which a compiled step would have to tell apart)."""
         for layer in self.layers:
             layer.self_attention.capacity = bucket(max_length - 1) + 1
-
-    def select_rows(self, rows: Tensor) -> None:
-        for layer in self.layers:
-            layer.self_attention.select(rows)
 
     def join(self, rows: int, device=None) -> None:
         raise ValueError("a static cache is one search's: rows cannot join it (a compiled step "
