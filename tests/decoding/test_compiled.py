@@ -86,3 +86,20 @@ def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, s
     other = small_model().eval()
     assert (greedy_with(Ensemble([Compiled(model), Compiled(other)]), src, **LIMITS)
             == greedy_with(Ensemble([model, other]), src, **LIMITS))
+
+
+def test_no_batch_compiles_the_step_again(model):
+    """One graph serves every batch of several sources, whatever the sizes of the first: here
+    16 source tokens, as many as the first window's positions (`bucket`), which Dynamo's duck
+    sizing took for one size (and compiled again for each batch after)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = Compiled(model)
+    torch.manual_seed(5)
+    for rows, width in [(4, 16), (4, 9), (3, 23), (5, 12)]:
+        greedy_with(compiled, random_tokens(rows, width), max_len_a=0, max_len_b=40, min_len=40)
+        if rows == 4 and width == 16:
+            graphs = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == graphs == 1

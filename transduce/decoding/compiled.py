@@ -9,8 +9,11 @@ newest (16, 32, 64, ...: `bucket`), with those not written yet masked, so the st
 the same from step to step and Inductor compiles it once: every size is one that varies from
 the first trace (`dynamic=True`: rows, as finished sentences leave the batch, source length,
 window length, buffer length), so one graph serves them all and one more a single source, which
-Dynamo specialises; the step's tensors are never views (Dynamo guards a view's base), so no
-batch compiles again (tests/serve/test_models.py). The first step runs eagerly: it fills
+Dynamo specialises. No two sizes are taken for one because they were equal when traced (duck
+sizing, off while a step runs: a first batch of 16 source tokens, as many as the first window's
+positions, compiled a graph for that equality and two more for the batches after it); the step's
+tensors are never views (Dynamo guards a view's base); so no batch compiles again
+(tests/serve/test_models.py, tests/decoding/test_compiled.py). The first step runs eagerly: it fills
 the cross-attention caches and takes the static buffers, which the compiled steps then only
 read and write. The buffers are the `Compiled` model's, kept from search to search (a
 `StaticStorage`): allocating and zeroing a batch's took 40% of a greedy search of Multi30k
@@ -31,6 +34,7 @@ are identical.
 from __future__ import annotations
 
 import torch
+import torch.fx.experimental._config as fx_config
 from torch import Tensor, nn
 
 from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
@@ -86,8 +90,13 @@ class CompiledSteps(DecoderSteps):
         # never views (`detach()`, no copy): Dynamo guards a view's base, so a graph traced
         # with a view would not take the same tensor unviewed (after an index_select) and
         # compile again, in a server while a client waits; the caches hold no views either
-        return compiled_decode_next()(self.model, self.inputs.detach(), self.memory.detach(),
-                                      self.src_mask.detach(), self.cache)
+        step = compiled_decode_next()
+        duck, fx_config.use_duck_shape = fx_config.use_duck_shape, False
+        try:
+            return step(self.model, self.inputs.detach(), self.memory.detach(),
+                        self.src_mask.detach(), self.cache)
+        finally:
+            fx_config.use_duck_shape = duck
 
     def _window(self, n: int) -> Tensor:
         """arange(n), one tensor for each n in a process."""
