@@ -149,11 +149,12 @@ def test_bad_corpora_are_one_line_errors(corpora, message):
         load_config(overrides=["data.dataset=null", f"data.corpora={corpora}"])
 
 
-def test_corpora_exclude_the_other_sources_and_what_they_do_not_support_yet():
+def test_corpora_exclude_the_other_sources_and_bidirectional_epochs():
     corpora = ["data.corpora=[{tsv: a.tsv}]"]
     for extra, message in ((["data.dataset=numbers"], "data.dataset and data.corpora"),
                            (["data.dataset=null", "data.train_tsv=b.tsv"], "exclude each other"),
-                           (["data.dataset=null", "data.bpe_dropout=0.1"], "bpe_dropout"),
+                           (["data.dataset=null", "data.bidirectional_epochs=1"],
+                            "bidirectional_epochs"),
                            (["data.dataset=null", "data.tokenizer=word",
                              "data.corpora=[{tsv: a.tsv, tag: <BT>}]"], "SentencePiece"),
                            (["data.dataset=null", "data.temperature=0"], "temperature")):
@@ -189,3 +190,44 @@ def test_prepare_takes_corpora_on_its_command_line(files, tmp_path, capsys):
         main(["prepare", "--out", str(tmp_path / "q"), "--corpora", "[{src: x"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "argument --corpora: not valid YAML: '[{src: x' (expected ','" in err
+
+
+def _symbols(tok) -> dict[str, int]:
+    """The ids of the tags and language tokens of `_config`'s corpora."""
+    return {piece: next(i for i in tok.encode(piece) if tok.pieces([i])[0] == piece)
+            for piece in ("<BT>", "<2de>", "<2fr>")}
+
+
+def test_bpe_dropout_segments_each_pair_an_epoch_takes_anew(data):
+    from transduce.data.sampling import MixtureDropout
+
+    def dropout(seed=1):
+        return MixtureDropout(data.mixture, data.train_corpus, data.tokenizers, dropout=0.1,
+                              seed=seed, max_length=data.max_length)
+
+    tok, symbols = data.tokenizers, _symbols(data.tokenizers.src)
+    sampled, taken = dropout().epoch(0), data.mixture.epoch(0, seed=1)
+    assert len(sampled) == len(taken) == sum(data.mixture.counts)
+    changed = 0
+    for i in range(len(taken)):  # the pairs the epoch takes, in its order, segmented anew
+        src, fixed = sampled.src(i), taken.src(i).tolist()
+        assert tok.src.decode(src) == tok.src.decode(fixed)
+        assert tok.tgt.decode(sampled.tgt(i)) == tok.tgt.decode(taken.tgt(i).tolist())
+        # tags and language tokens whole, once, where they stand in the corpus's shard
+        assert [src.count(s) for s in symbols.values()] == [fixed.count(s)
+                                                            for s in symbols.values()]
+        assert [src.index(s) for s in symbols.values() if s in fixed] == [
+            fixed.index(s) for s in symbols.values() if s in fixed]
+        assert max(len(src), len(sampled.tgt(i))) <= data.max_length
+        changed += sampled.tgt(i) != taken.tgt(i).tolist()
+    assert 0.1 < changed / len(taken) < 1
+    # a pair taken twice (weight 2) is segmented twice
+    twice = np.flatnonzero(taken.shard == 2)
+    first, second = twice[: len(twice) // 2], twice[len(twice) // 2:]
+    assert (taken.index[first] == taken.index[second]).all()
+    assert any(sampled.tgt(a) != sampled.tgt(b) for a, b in zip(first, second, strict=True))
+    # an epoch depends on (seed, epoch) alone
+    again = dropout()
+    again.epoch(1)
+    assert again.epoch(0).tgts == sampled.tgts and again.epoch(0).srcs == sampled.srcs
+    assert dropout(seed=2).epoch(0).tgts != sampled.tgts

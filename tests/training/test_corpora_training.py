@@ -47,11 +47,17 @@ def _corpora_config(corpora, *extra):
     return _config("data.dataset=null", corpora, *extra)
 
 
-def test_a_run_on_many_corpora_resumes_to_the_bit(corpora, tmp_path):
-    straight = start_run(_corpora_config(corpora, "train.max_updates=100"), tmp_path / "a")
+@pytest.mark.parametrize("bpe_dropout", [0.0, 0.1])
+def test_a_run_on_many_corpora_resumes_to_the_bit(corpora, tmp_path, bpe_dropout):
+    dropout = f"data.bpe_dropout={bpe_dropout}"
+    straight = start_run(_corpora_config(corpora, "train.max_updates=100", dropout),
+                         tmp_path / "a")
     straight.train()
     assert straight.progress.epoch >= 1  # the resumed part crosses into another epoch's sample
-    start_run(_corpora_config(corpora, "train.max_updates=50"), tmp_path / "b").train()
+    segmented = straight.epochs.epoch(1)[0].tgt_lengths
+    taken = straight.data.mixture.epoch(1, seed=straight.config.train.seed).tgt_lengths
+    assert (segmented != taken).any() == (bpe_dropout > 0)  # the same pairs, segmented anew
+    start_run(_corpora_config(corpora, "train.max_updates=50", dropout), tmp_path / "b").train()
     resume_run(tmp_path / "b", ["train.max_updates=100"]).train()
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     for key in a:

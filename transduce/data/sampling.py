@@ -50,14 +50,46 @@ class BpeDropout:
         self.src_texts, self.tgt_texts = _kept_texts(corpus, train.pair_ids)
 
     def epoch(self, epoch: int) -> SegmentedCorpus:
-        src_seed, tgt_seed = np.random.SeedSequence([self.seed, epoch]).generate_state(2).tolist()
-        srcs = self.tokenizers.src.sample_batch(self.src_texts, dropout=self.dropout,
-                                                seed=src_seed)
-        tgts = self.tokenizers.tgt.sample_batch(self.tgt_texts, dropout=self.dropout,
-                                                seed=tgt_seed)
-        for i, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
+        return SegmentedCorpus(*self.segment(range(len(self.train)), [self.seed, epoch]))
+
+    def segment(self, pairs, entropy: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """Source and target ids of the pairs numbered `pairs` (of `train`; one may come more
+        than once, segmented each time anew), drawn from `entropy` alone."""
+        src_seed, tgt_seed = np.random.SeedSequence(entropy).generate_state(2).tolist()
+        pairs = list(pairs)
+        srcs = self.tokenizers.src.sample_batch([self.src_texts[i] for i in pairs],
+                                                dropout=self.dropout, seed=src_seed)
+        tgts = self.tokenizers.tgt.sample_batch([self.tgt_texts[i] for i in pairs],
+                                                dropout=self.dropout, seed=tgt_seed)
+        for at, (i, s, t) in enumerate(zip(pairs, srcs, tgts, strict=True)):
             if max(len(s), len(t)) > self.max_length:
-                srcs[i], tgts[i] = self.train.src(i).tolist(), self.train.tgt(i).tolist()
+                srcs[at], tgts[at] = self.train.src(i).tolist(), self.train.tgt(i).tolist()
+        return srcs, tgts
+
+
+class MixtureDropout:
+    """BPE-dropout over many corpora (`data.corpora`): each epoch's pairs of the mixture
+    (transduce.data.corpora.Mixture), each segmented anew where it is taken (a corpus of weight
+    2 gives each of its pairs twice, in two segmentations), with its tag and language token
+    whole before its source, as in the corpus's shard. Only the pairs an epoch takes are
+    segmented; which, and how, depends on (seed, epoch) alone."""
+
+    def __init__(self, mixture, corpora, tokenizers: Tokenizers, *, dropout: float, seed: int,
+                 max_length: int) -> None:
+        self.mixture, self.seed = mixture, seed
+        self.parts = [BpeDropout(part, shard, tokenizers, dropout=dropout, seed=seed,
+                                 max_length=max_length)
+                      for part, shard in zip(corpora.parts, mixture.shards, strict=True)]
+
+    def epoch(self, epoch: int) -> SegmentedCorpus:
+        taken = self.mixture.epoch(epoch, self.seed)
+        srcs: list = [None] * len(taken)
+        tgts: list = [None] * len(taken)
+        for s, part in enumerate(self.parts):
+            where = np.flatnonzero(taken.shard == s).tolist()
+            src, tgt = part.segment(taken.index[where].tolist(), [self.seed, epoch, s])
+            for at, a, b in zip(where, src, tgt, strict=True):
+                srcs[at], tgts[at] = a, b
         return SegmentedCorpus(srcs, tgts)
 
 

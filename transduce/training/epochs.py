@@ -11,7 +11,7 @@ from transduce.data.batching import Batch, TokenBatches, collate
 from transduce.data.config import DataConfig
 from transduce.data.directions import BothDirections
 from transduce.data.prepare import PreparedData
-from transduce.data.sampling import BpeDropout
+from transduce.data.sampling import BpeDropout, MixtureDropout
 
 log = logging.getLogger("transduce.train")
 
@@ -25,21 +25,23 @@ class Epochs:
         self.both_ways = config.bidirectional_epochs
         self.seed = seed
         self.batches = TokenBatches.of(data.train, config.max_tokens, seed=seed)
-        self.bpe_dropout = None
+        self.bpe_dropout = None  # each epoch's pairs, segmented anew
         if config.bpe_dropout:
-            self.bpe_dropout = BpeDropout(data.train_corpus, data.train, data.tokenizers,
-                                          dropout=config.bpe_dropout, seed=seed,
-                                          max_length=data.max_length)
+            settings = dict(dropout=config.bpe_dropout, seed=seed, max_length=data.max_length)
+            self.bpe_dropout = (
+                BpeDropout(data.train_corpus, data.train, data.tokenizers, **settings)
+                if self.mixture is None else
+                MixtureDropout(self.mixture, data.train_corpus, data.tokenizers, **settings))
         self._cached: tuple = (None, None, None)  # (epoch, its training pairs, its batches)
 
     def epoch(self, epoch: int):
         """The training pairs as segmented for `epoch` and that epoch's batches (of indices)."""
         if self._cached[0] != epoch:
             pairs, batches = self.train, self.batches
-            if self.mixture is not None:
-                pairs = self.mixture.epoch(epoch, self.seed)
-            if self.bpe_dropout is not None:
+            if self.bpe_dropout is not None:  # of the mixture's pairs, with corpora
                 pairs = self.bpe_dropout.epoch(epoch)
+            elif self.mixture is not None:
+                pairs = self.mixture.epoch(epoch, self.seed)
             if epoch < self.both_ways:
                 pairs = BothDirections(pairs)
             elif epoch == self.both_ways > 0:
