@@ -6,16 +6,16 @@ forward over its own cache.
 `steps` are the model's `DecoderSteps` over a `StaticDecoderCache`, written at a position that
 is a tensor; each step attends to a window of the positions, the least power of two above the
 newest (16, 32, 64, ...: `bucket`), with those not written yet masked, so the step's code stays
-the same from step to step and Inductor compiles it once: every size is one that varies from
-the first trace (`dynamic=True`: rows, as finished sentences leave the batch, source length,
-window length, buffer length), so one graph serves them all and one more a single source, which
-Dynamo specialises. No two sizes are taken for one because they were equal when traced (duck
-sizing, off while a step runs: a first batch of 16 source tokens, as many as the first window's
-positions, compiled a graph for that equality and two more for the batches after it); the step's
-tensors are never views (Dynamo guards a view's base); so no batch compiles again
-(tests/serve/test_models.py, tests/decoding/test_compiled.py). The first step runs eagerly: it fills
-the cross-attention caches and takes the static buffers, which the compiled steps then only
-read and write. The buffers are the `Compiled` model's, kept from search to search (a
+the same from step to step and Inductor compiles it once: every size is one that varies from the
+first trace (`dynamic=True`: rows, as finished sentences leave the batch, source length, window
+length, buffer length), so one graph serves them all and one more a single source, which Dynamo
+specialises. No two sizes are taken for one because they were equal when traced (duck sizing,
+off in a process that compiles a step: a first batch of 16 source tokens, as many as the first
+window's positions, compiled a graph for that equality and two more for the batches after it);
+the step's tensors are never views (Dynamo guards a view's base); so no batch compiles again
+(tests/serve/test_models.py, tests/decoding/test_compiled.py). The first step runs eagerly: it
+fills the cross-attention caches and takes the static buffers, which the compiled steps then
+only read and write. The buffers are the `Compiled` model's, kept from search to search (a
 `StaticStorage`): allocating and zeroing a batch's took 40% of a greedy search of Multi30k
 (batches of 64, room for 200 tokens). So one search at a time runs a `Compiled` model.
 Inductor's C++ wrapper calls the kernels, not Python.
@@ -90,13 +90,8 @@ class CompiledSteps(DecoderSteps):
         # never views (`detach()`, no copy): Dynamo guards a view's base, so a graph traced
         # with a view would not take the same tensor unviewed (after an index_select) and
         # compile again, in a server while a client waits; the caches hold no views either
-        step = compiled_decode_next()
-        duck, fx_config.use_duck_shape = fx_config.use_duck_shape, False
-        try:
-            return step(self.model, self.inputs.detach(), self.memory.detach(),
-                        self.src_mask.detach(), self.cache)
-        finally:
-            fx_config.use_duck_shape = duck
+        return compiled_decode_next()(self.model, self.inputs.detach(), self.memory.detach(),
+                                      self.src_mask.detach(), self.cache)
 
     def _window(self, n: int) -> Tensor:
         """arange(n), one tensor for each n in a process."""
@@ -133,6 +128,9 @@ def compiled_decode_next():
     once a process and shared by every model."""
     global _COMPILED
     if _COMPILED is None:
+        # no duck sizing (sizes equal when traced taken for one, see the module): for the
+        # process, as Dynamo reads it when it traces, on whichever thread a search compiles
+        fx_config.use_duck_shape = False
         _COMPILED = torch.compile(_decode_next, dynamic=True, options={"cpp_wrapper": True})
     return _COMPILED
 
