@@ -1,11 +1,12 @@
-"""Continuous batching without a server: a `ContinuousSearch` kept at N sentences (one joins as
-one leaves, a closed loop of N clients with no HTTP in between) against batches of N sentences
-searched whole, on the same sentences of a trained model; in one process, so only the search
-is measured.
+"""Continuous batching without a server: a closed loop of N clients (each sends its next
+sentence when its last is answered, no HTTP in between) served by a `ContinuousSearch` (a
+sentence joins at the next step) and by batching as `transduce serve` does by default (the
+sentences waiting are searched together; those arriving meanwhile wait for the next batch), on
+the same sentences of a trained model; in one process, so only the search is measured.
 
-Reported: sentences/s; for continuous batching, a step's p50 and p99 time, the self-attention
-cache's mean and largest length, and each sentence's latency (from joining to finishing) p50,
-p95 and p99; for batches, each sentence's latency counted from its batch's start.
+Reported: sentences/s and each sentence's latency from its arrival, p50, p95 and p99; for
+continuous batching also a step's p50 and p99 time and the self-attention cache's mean and
+largest length.
 
     python benchmarks/continuous_search.py --model runs/m30k-serve
     python benchmarks/continuous_search.py --model runs/m30k-serve --active 8 32 --threads 1
@@ -59,17 +60,27 @@ def continuous(translator: Translator, sources: list[list[int]], active: int) ->
             "p95": _quantile(latencies, 0.95), "p99": _quantile(latencies, 0.99)}
 
 
-def batches(translator: Translator, lines: list[str], size: int) -> dict:
-    latencies, clock = [], 0.0
-    for first in range(0, len(lines), size):
-        start = time.perf_counter()
-        done: list[float] = []
-        translator.translate_detailed(
-            lines[first:first + size],
-            on_translation=lambda i, t, done=done, start=start: done.append(
-                time.perf_counter() - start))
-        clock += time.perf_counter() - start
-        latencies += done
+def batches(translator: Translator, lines: list[str], clients: int) -> dict:
+    """A batching server's search (`Batcher`): the sentences waiting are searched together,
+    each answered when its own search ends, and its client's next sentence waits for the next
+    batch; latency from a sentence's arrival."""
+    arrived = [time.perf_counter()] * clients
+    waiting, following, latencies = list(range(clients)), clients, []
+    start = time.perf_counter()
+
+    def answered(i: int, _translation, batch: list[int]) -> None:
+        nonlocal following
+        latencies.append(time.perf_counter() - arrived[batch[i]])
+        if following < len(lines):  # its client's next sentence
+            arrived.append(time.perf_counter())
+            waiting.append(following)
+            following += 1
+
+    while waiting:
+        batch, waiting[:] = list(waiting), []
+        translator.translate_detailed([lines[i] for i in batch],
+                                      on_translation=lambda i, t, b=batch: answered(i, t, b))
+    clock = time.perf_counter() - start
     return {"sentences/s": len(latencies) / clock, "p50": _quantile(latencies, 0.5),
             "p95": _quantile(latencies, 0.95), "p99": _quantile(latencies, 0.99)}
 
@@ -90,17 +101,17 @@ def main() -> None:
     sources = [translator.encode_source(line) for line in lines]
     print(f"{torch.get_num_threads()} threads; model {args.model}; {len(lines)} sentences; "
           f"beam {translator.decode.beam_size}\n")
-    print("| search | sentences at once | sentences/s | step p50 / p99 ms | cache mean / max | "
+    print("| search | clients | sentences/s | step p50 / p99 ms | cache mean / max | "
           "latency p50 / p95 / p99 ms |")
     print("|---|---|---|---|---|---|")
     for active in args.active:
-        batches(translator, lines[:64], active)  # warm-up
+        translator.translate(lines[:64])  # warm-up
         c = continuous(translator, sources, active)
         b = batches(translator, lines, active)
         print(f"| continuous | {active} | {c['sentences/s']:.1f} | {1000 * c['step p50']:.1f} / "
               f"{1000 * c['step p99']:.1f} | {c['cache mean']:.0f} / {c['cache max']} | "
               f"{1000 * c['p50']:.0f} / {1000 * c['p95']:.0f} / {1000 * c['p99']:.0f} |")
-        print(f"| batches | {active} | {b['sentences/s']:.1f} | | | {1000 * b['p50']:.0f} / "
+        print(f"| batching | {active} | {b['sentences/s']:.1f} | | | {1000 * b['p50']:.0f} / "
               f"{1000 * b['p95']:.0f} / {1000 * b['p99']:.0f} |", flush=True)
 
 
