@@ -149,12 +149,15 @@ def test_bad_corpora_are_one_line_errors(corpora, message):
         load_config(overrides=["data.dataset=null", f"data.corpora={corpora}"])
 
 
-def test_corpora_exclude_the_other_sources_and_bidirectional_epochs():
+def test_corpora_exclude_the_other_sources_and_what_they_cannot_do():
     corpora = ["data.corpora=[{tsv: a.tsv}]"]
     for extra, message in ((["data.dataset=numbers"], "data.dataset and data.corpora"),
                            (["data.dataset=null", "data.train_tsv=b.tsv"], "exclude each other"),
-                           (["data.dataset=null", "data.bidirectional_epochs=1"],
-                            "bidirectional_epochs"),
+                           (["data.dataset=null", "data.bidirectional_epochs=1",
+                             "data.corpora=[{tsv: a.tsv, tag: <BT>}]"], "bidirectional_epochs"),
+                           (["data.dataset=null", "data.bidirectional_epochs=1",
+                             "data.corpora=[{tsv: a.tsv}, {tsv: b.tsv, tgt_lang: fr}]"],
+                            "language tokens"),
                            (["data.dataset=null", "data.tokenizer=word",
                              "data.corpora=[{tsv: a.tsv, tag: <BT>}]"], "SentencePiece"),
                            (["data.dataset=null", "data.temperature=0"], "temperature")):
@@ -231,3 +234,22 @@ def test_bpe_dropout_segments_each_pair_an_epoch_takes_anew(data):
     again.epoch(1)
     assert again.epoch(0).tgts == sampled.tgts and again.epoch(0).srcs == sampled.srcs
     assert dropout(seed=2).epoch(0).tgts != sampled.tgts
+
+
+def test_untagged_corpora_train_both_ways_in_the_first_epochs(files, tmp_path):
+    from transduce.training.epochs import Epochs
+
+    config = DataConfig(dataset=None, vocab_size=300, max_length_ratio=9, bidirectional_epochs=1,
+                        corpora=[{"src": files["de"][0], "tgt": files["de"][1], "weight": 0.5},
+                                 {"src": files["bt"][0], "tgt": files["bt"][1]}])
+    data = prepare(config, tmp_path)
+    epochs = Epochs(data, config, seed=1)
+    both, _ = epochs.epoch(0)
+    taken = data.mixture.epoch(0, seed=1)
+    assert len(both) == 2 * len(taken) == 2 * (200 + 50)
+    for i in range(0, len(taken), 9):  # each pair as it is, then reversed
+        assert (both.src(i) == taken.src(i)).all() and (both.tgt(i) == taken.tgt(i)).all()
+        j = len(taken) + i
+        assert (both.src(j) == taken.tgt(i)).all() and (both.tgt(j) == taken.src(i)).all()
+    one_way, _ = epochs.epoch(1)
+    assert len(one_way) == len(data.mixture.epoch(1, seed=1))

@@ -125,9 +125,10 @@ class DataConfig:
             if self.dataset is not None:
                 raise UserError("data: data.dataset and data.corpora exclude each other; set "
                                 "data.dataset=null to use your own files")
-            if self.bidirectional_epochs:
-                raise UserError("data.corpora does not combine with data.bidirectional_epochs: "
-                                "a corpus's tag and language token belong to its direction")
+            if self.bidirectional_epochs and (self.tags or self.languages_tagged):
+                raise UserError("data.bidirectional_epochs does not combine with tagged corpora "
+                                "or language tokens: a tag belongs to its corpus's direction (a "
+                                "reversed back-translation would train on its synthetic side)")
             if self.tokenizer == "word" and (self.tags or self.languages_tagged):
                 raise UserError("data.corpora: tags and language tokens need a SentencePiece "
                                 "tokenizer (data.tokenizer=bpe or unigram)")
