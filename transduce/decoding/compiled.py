@@ -13,11 +13,12 @@ specialises. No two sizes are taken for one because they were equal when traced 
 off in a process that compiles a step: a first batch of 16 source tokens, as many as the first
 window's positions, compiled a graph for that equality and two more for the batches after it);
 the step's tensors are never views (Dynamo guards a view's base); so no batch compiles again
-(tests/serve/test_models.py, tests/decoding/test_compiled.py). The first step runs eagerly: it
-fills the cross-attention caches and takes the static buffers, which the compiled steps then
-only read and write. The buffers are the `Compiled` model's, kept from search to search (a
-`StaticStorage`): allocating and zeroing a batch's took 40% of a greedy search of Multi30k
-(batches of 64, room for 200 tokens). So one search at a time runs a `Compiled` model.
+(tests/serve/test_models.py, tests/decoding/test_compiled.py). Before the first step the
+cross-attention caches are filled (eager products over the whole source) and the static buffers
+taken; every step, the first too, then runs compiled, and only reads and writes them. The
+buffers are the `Compiled` model's, kept from search to search (a `StaticStorage`): allocating
+and zeroing a batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200
+tokens). So one search at a time runs a `Compiled` model.
 Inductor's C++ wrapper calls the kernels, not Python.
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step costs
@@ -74,7 +75,7 @@ class CompiledSteps(DecoderSteps):
 
     def __init__(self, model: Transformer, src: Tensor, storage: StaticStorage) -> None:
         self.storage = storage
-        self._position = 1  # the next token's after the first step (which runs eagerly)
+        self._position = 0  # the next token's
         super().__init__(model, src)
 
     def new_cache(self) -> StaticDecoderCache:
@@ -84,7 +85,7 @@ class CompiledSteps(DecoderSteps):
 
     def _decode(self) -> Tensor:
         if self.cache.layers[0].self_attention.keys is None:
-            return _decode_next(self.model, self.inputs, self.memory, self.src_mask, self.cache)
+            self._start()
         self.cache.read(self._window(bucket(self._position)))
         self._position += 1
         # never views (`detach()`, no copy): Dynamo guards a view's base, so a graph traced
@@ -92,6 +93,16 @@ class CompiledSteps(DecoderSteps):
         # compile again, in a server while a client waits; the caches hold no views either
         return compiled_decode_next()(self.model, self.inputs.detach(), self.memory.detach(),
                                       self.src_mask.detach(), self.cache)
+
+    def _start(self) -> None:
+        """Before the first step: the cross-attention keys and values of every layer (eager
+        products over the whole source, which the compiled steps only read) and the static
+        buffers of the rows, so that the first step is a compiled step like the others."""
+        rows = len(self.inputs)
+        for layer, cache in zip(self.model.decoder.layers, self.cache.layers, strict=True):
+            keys, values = layer.cross_attn.source_keys(self.memory)
+            cache.cross_attention.append(keys, values)
+            cache.self_attention.reserve(rows, keys)
 
     def _window(self, n: int) -> Tensor:
         """arange(n), one tensor for each n in a process."""

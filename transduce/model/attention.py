@@ -119,8 +119,8 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and not new:
                 k, v = cache.keys, cache.values
             else:  # the sources not held yet: all, or (continuous batching) those that joined
-                k, v = self._heads(self.in_proj(memory[memory.shape[0] - new:] if cache
-                                                is not None else memory, slice(d, None)), 2)
+                k, v = self.source_keys(memory[memory.shape[0] - new:] if cache is not None
+                                        else memory)
                 if cache is not None:
                     k, v = cache.append(k, v)
         # 2) attend, each head on its own. With fewer memory rows than query rows (the beams of
@@ -140,6 +140,11 @@ class MultiHeadAttention(nn.Module):
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, -1)  # (B, T, D)
         return self.out_proj(out), weights
+
+    def source_keys(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's keys and values of the encoder output memory (B, S, D): two
+        (B, H, S, Dh)."""
+        return self._heads(self.in_proj(memory, slice(memory.shape[-1], None)), 2)
 
     def _heads(self, packed: Tensor, n: int) -> tuple[Tensor, ...]:
         """(B, T, n*D) -> n tensors (B, H, T, Dh)."""

@@ -72,9 +72,7 @@ class StaticKVCache:
         """Write one step's (B, H, 1, Dh) at the position; return the buffers' window (B, H,
         window, Dh), to be read with `mask`."""
         if self.keys is None:  # the first step's rows
-            self._buffers = tuple(self.storage.take((self.layer, name, 0), x, len(x),
-                                                    self.capacity) for name, x in enumerate((k, v)))
-            self.keys, self.values = self._buffers
+            self.reserve(len(k), k)
         at = self.position.view(1)
         self.keys.index_copy_(2, at, k)
         self.values.index_copy_(2, at, v)
@@ -82,6 +80,13 @@ class StaticKVCache:
             return self.keys, self.values
         n = self.window.shape[0]
         return self.keys[:, :, :n], self.values[:, :, :n]
+
+    def reserve(self, rows: int, like: Tensor) -> None:
+        """Take the buffers for `rows` rows of keys like `like` (its heads, head size, dtype and
+        device), before the first step writes to them (or as it does)."""
+        self._buffers = tuple(self.storage.take((self.layer, name, 0), like, rows, self.capacity)
+                              for name in range(2))
+        self.keys, self.values = self._buffers
 
     @property
     def rows(self) -> int:
