@@ -22,10 +22,14 @@ an output where there is one), so the same work counts the same (until 2026-11-2
 Every engine runs in its own process (peak memory is per process), 2 threads, batches of 64
 sentences sorted by length. CTranslate2 runs twice: with its default matrix products (MKL on an
 Intel CPU) and with oneDNN's (CT2_USE_MKL=0), since which is faster depends on the machine.
+`--device cuda` runs every engine on the GPU instead (there the -onednn engines are the plain
+ones, int8 is CTranslate2's alone, and the exports each engine needs are the only ones made:
+a GPU machine may have no CTranslate2). Peak memory is the process's on the host.
 
     python benchmarks/decode_speed.py                       # both parts
     python benchmarks/decode_speed.py --part 2 --shapes tiny
     python benchmarks/decode_speed.py --part 2 --shapes opus-mt --engines transduce hf ct2-fp32
+    python benchmarks/decode_speed.py --device cuda --engines transduce transduce-compiled hf
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ def child(args) -> None:
     outputs: list = [None] * len(sources)
     warmup = None  # seconds of an untimed first pass (compiling), where there is one
     model_dir = Path(spec["model_dir"])
+    device = spec["device"]
     pad, bos, eos = spec["pad"], spec["bos"], spec["eos"]
     start = time.perf_counter()
     if args.engine.startswith("transduce-ct2"):  # ours, through CTranslate2 (--engine)
@@ -112,7 +117,7 @@ def child(args) -> None:
         translator = CTranslate2Translator(
             model, argparse.Namespace(src=pieces, tgt=pieces),
             engine=ctranslate2.Translator(
-                str(model_dir / "ct2-fp32"), device="cpu", intra_threads=threads,
+                str(model_dir / "ct2-fp32"), device=device, intra_threads=threads,
                 inter_threads=1, compute_type="int8" if args.engine.endswith("int8")
                 else "float32"))
         decode = DecodeConfig(beam_size=k, length_penalty=alpha, length_normalization="power",
@@ -136,7 +141,7 @@ def child(args) -> None:
             load_int8(model, model_dir / "model.safetensors")
         else:
             load_weights(model, model_dir / "model.safetensors")
-        model.eval()
+        model.eval().to(device)
         if args.engine == "transduce-bf16":
             model = model.to(torch.bfloat16)
         use_cache = args.engine != "transduce-nocache"
@@ -149,7 +154,7 @@ def child(args) -> None:
             for batch in _batches(sources, 64):
                 width = max(len(sources[i]) for i in batch)
                 src = torch.tensor([sources[i] + [pad] * (width - len(sources[i]))
-                                    for i in batch])
+                                    for i in batch], device=device)
                 decode = DecodeConfig(beam_size=k, length_penalty=alpha,
                                       length_normalization="power", stopping=stopping,
                                       max_len_a=0, max_len_b=max_len, min_len=min_len)
@@ -169,11 +174,12 @@ def child(args) -> None:
         translate_all()
     elif args.engine.startswith("hf"):
         from transformers import AutoModelForSeq2SeqLM
-        model = AutoModelForSeq2SeqLM.from_pretrained(spec["hf_dir"]).eval()
+        model = AutoModelForSeq2SeqLM.from_pretrained(spec["hf_dir"]).eval().to(device)
         start = time.perf_counter()
         for batch in _batches(sources, 64):
             width = max(len(sources[i]) for i in batch)
-            src = torch.tensor([sources[i] + [pad] * (width - len(sources[i])) for i in batch])
+            src = torch.tensor([sources[i] + [pad] * (width - len(sources[i])) for i in batch],
+                               device=device)
             with torch.no_grad():
                 generated = model.generate(
                     input_ids=src, attention_mask=(src != pad).long(), num_beams=k,
@@ -192,7 +198,7 @@ def child(args) -> None:
         import ctranslate2
         quantization = args.engine.split("-")[1]
         translator = ctranslate2.Translator(str(model_dir / f"ct2-{quantization}"),
-                                            device="cpu", intra_threads=args.threads,
+                                            device=device, intra_threads=args.threads,
                                             inter_threads=1)
         pieces = json.loads((model_dir / "pieces.json").read_text())
         index = {p: i for i, p in enumerate(pieces)}
@@ -214,9 +220,10 @@ def child(args) -> None:
                       "outputs": outputs, "warmup": warmup}))
 
 
-def export(model, tokenizers, directory: Path) -> None:
-    """Our weights and config, the Hugging Face copy (Marian, or Pegasus for a pre-norm model),
-    CTranslate2 fp32 and int8."""
+def export(model, tokenizers, directory: Path, engines) -> None:
+    """Our weights and config, and what `engines` read: the Hugging Face copy (Marian, or
+    Pegasus for a pre-norm model; CTranslate2's converter reads it too), CTranslate2 fp32 and
+    int8."""
     from dataclasses import asdict
 
     from transduce.export.ctranslate2 import save_ctranslate2
@@ -225,8 +232,10 @@ def export(model, tokenizers, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     save_weights(model, directory / "model.safetensors")
     (directory / "model.json").write_text(json.dumps(asdict(model.config)))
-    save_huggingface(model, tokenizers, directory / "hf")
-    for quantization in ("fp32", "int8"):
+    ct2 = any("ct2" in engine for engine in engines)
+    if ct2 or any(engine.startswith("hf") for engine in engines):
+        save_huggingface(model, tokenizers, directory / "hf")
+    for quantization in ("fp32", "int8") if ct2 else ():
         save_ctranslate2(model, tokenizers, directory / f"ct2-{quantization}",
                          quantization=None if quantization == "fp32" else quantization,
                          hf_dir=directory / "hf")
@@ -249,14 +258,15 @@ def opus_mt(tmp: Path):
 
 
 def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
-                alpha: float, engines, threads: int, hf_dir: Path | None = None) -> dict:
+                alpha: float, engines, threads: int, device: str = "cpu",
+                hf_dir: Path | None = None) -> dict:
     """`sources` end with the model's <eos>; `hf_dir`: the model generate() runs, if not our
     export of it."""
     config = json.loads((directory / "model.json").read_text())
     spec = directory / f"spec-{beam}-{forced}.json"
     spec.write_text(json.dumps({"sources": sources, "beam": beam, "forced": forced,
                                 "max_len": max_len, "alpha": alpha,
-                                "model_dir": str(directory),
+                                "model_dir": str(directory), "device": device,
                                 "hf_dir": str(hf_dir or directory / "hf"),
                                 "pad": config["pad_id"], "bos": config["bos_id"],
                                 "eos": config["eos_id"]}))
@@ -269,7 +279,9 @@ def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_
         if done.returncode:
             print(f"  {engine} failed: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
             continue
-        results[engine] = json.loads(done.stdout.strip().splitlines()[-1])
+        results[engine] = r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"  {engine}, beam {beam}: {r['tokens'] / r['seconds']:,.0f} target tokens/s",
+              file=sys.stderr, flush=True)  # as it comes: a run cut short keeps what it had
     return results
 
 
@@ -296,6 +308,7 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["tiny", "base"])
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where every engine runs")
     parser.add_argument("--max-len", type=int, default=64, help="part 1: output tokens at most")
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
@@ -314,14 +327,16 @@ def main() -> None:
     tokenizers = translator.tokenizers
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     sources = [tokenizers.src.encode(line) + [3] for line in lines]
-    print(f"torch {torch.__version__}, {args.threads} threads; sources: {args.src} "
+    where = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{args.threads} threads"
+    print(f"torch {torch.__version__}, {where}; sources: {args.src} "
           f"({len(sources)} sentences)")
     with tempfile.TemporaryDirectory() as tmp:
         if 1 in args.part:
-            export(translator.model, tokenizers, Path(tmp) / "trained")
+            export(translator.model, tokenizers, Path(tmp) / "trained", args.engines)
             results = {f"beam {k}" if k > 1 else "greedy": run_engines(
                 Path(tmp) / "trained", sources, beam=k, forced=False, max_len=args.max_len,
-                alpha=args.alpha, engines=args.engines, threads=args.threads) for k in (1, 5)}
+                alpha=args.alpha, engines=args.engines, threads=args.threads,
+                device=args.device) for k in (1, 5)}
             table(f"Part 1: trained model {args.model} ({translator.model.num_parameters():,} "
                   f"parameters), max {args.max_len} tokens, length penalty |y|^{args.alpha}",
                   results, len(sources))
@@ -338,12 +353,12 @@ def main() -> None:
                     model = Transformer(ModelConfig.preset(shape, src_vocab_size=8000,
                                                            tgt_vocab_size=8000)).eval()
                     shape_tokenizers = tokenizers
-                export(model, shape_tokenizers, Path(tmp) / shape)
+                export(model, shape_tokenizers, Path(tmp) / shape, args.engines)
                 results = {f"beam {k}" if k > 1 else "greedy": run_engines(
                     Path(tmp) / shape, subset, beam=k, forced=True, max_len=16,
                     alpha=1.0, engines=[e for e in args.engines if e not in EXHAUSTIVE
                                         and (shape == "tiny" or e != "transduce-nocache")],
-                    threads=args.threads, hf_dir=hf_dir) for k in (1, 5)}
+                    threads=args.threads, device=args.device, hf_dir=hf_dir) for k in (1, 5)}
                 table(f"Part 2: `{shape}` shape, random weights, every output 16 tokens, "
                       f"{len(subset)} sentences", results, len(subset), compare=False)
 

@@ -128,7 +128,7 @@ def test_the_fused_loss_on_the_gpu_is_the_loss_on_the_cpu():
     target[::7] = 1  # padding
     results = []
     for device in ("cpu", CUDA):
-        h, w = (t.to(device).requires_grad_() for t in (hidden, weight))
+        h, w = (t.to(device).detach().requires_grad_() for t in (hidden, weight))  # leaves
         loss = projected_label_smoothed_cross_entropy(h, w, target.to(device), epsilon=0.1)
         loss.backward()
         results.append([t.detach().cpu() for t in (loss, h.grad, w.grad)])

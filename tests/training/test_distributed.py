@@ -1,5 +1,6 @@
 """Data-parallel training (`transduce train --nproc N`): two one-thread processes, on gloo."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -158,3 +159,23 @@ def test_two_machines_by_torchrun_train_as_two_processes_on_one(tmp_path):
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert "data parallel: 2 processes on cpu" in (tmp_path / "two" / "train.log").read_text()
+
+
+def test_buffers_are_not_synced_under_either_name_of_the_argument():
+    """PyTorch 2.13 calls it forward_sync_buffers; 2.11 (a GPU machine's) only broadcast_buffers
+    and refused the new name: the argument given is the one this PyTorch's engine takes."""
+    from transduce.training.parallel import no_buffer_sync
+
+    class Before213:
+        def __init__(self, module, broadcast_buffers=True):
+            pass
+
+    class From213:
+        def __init__(self, module, broadcast_buffers=None, forward_sync_buffers=None):
+            pass
+
+    assert no_buffer_sync(Before213) == {"broadcast_buffers": False}
+    assert no_buffer_sync(From213) == {"forward_sync_buffers": False}
+    engine = torch.nn.parallel.DistributedDataParallel
+    [name] = no_buffer_sync(engine)
+    assert name in inspect.signature(engine.__init__).parameters

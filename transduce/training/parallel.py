@@ -21,6 +21,7 @@ main process gathers the weights to write them and to validate them.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 
 import torch
@@ -71,6 +72,16 @@ class Local:
         optimizer.load_state_dict(state)
 
 
+def no_buffer_sync(engine) -> dict[str, bool]:
+    """The argument that stops DistributedDataParallel from sending the buffers at each forward
+    pass (they are the same in each process): `forward_sync_buffers` from PyTorch 2.13 on,
+    which deprecates `broadcast_buffers`, the name before it (a GPU machine's 2.11 refused the
+    new one)."""
+    if "forward_sync_buffers" in inspect.signature(engine.__init__).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
 class DataParallel(Local):
     """DistributedDataParallel: the whole model in every process."""
 
@@ -80,7 +91,7 @@ class DataParallel(Local):
         super().__init__(objective, device)
         self.objective = nn.parallel.DistributedDataParallel(
             objective, device_ids=[device.index] if device.type == "cuda" else None,
-            gradient_as_bucket_view=True, forward_sync_buffers=False)  # the same in each
+            gradient_as_bucket_view=True, **no_buffer_sync(nn.parallel.DistributedDataParallel))
         self.objective.register_comm_hook(None, _sum_hook)
 
     def sync(self, last: bool):
