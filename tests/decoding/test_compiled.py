@@ -33,9 +33,15 @@ LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows 
 
 
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
+    """Greedy tokens come `greedy_block` at a time from one graph: outputs end inside blocks, at
+    their limits, not before the minimum length, and after forced prefixes as eager ones."""
     eager = greedy_with(model, src, **LIMITS)
     assert len({len(t) for t in eager}) > 1  # sentences finished at different steps
     assert greedy_with(Compiled(model), src, **LIMITS) == eager
+    for extra in (dict(min_len=6), dict(prefixes=[[5, 6], [], [7], [8, 9, 10, 11, 12], [], [11],
+                                                  [12]])):
+        assert greedy_with(Compiled(model), src, **LIMITS, **extra) == greedy_with(
+            model, src, **LIMITS, **extra)
     beam_one = beam_with(Compiled(model), src, beam_size=1, **LIMITS)
     assert [list(h[0].tokens) for h in beam_one] == eager
 

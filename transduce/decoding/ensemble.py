@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from transduce.decoding.searchable import Searchable, Steps
 from transduce.errors import UserError
 from transduce.model.config import ModelConfig
+from transduce.model.steps import greedy_tokens
 
 # what the members of an ensemble must agree on: the tokens they read and write
 _SAME = ("src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")
@@ -70,9 +71,12 @@ class Ensemble(nn.Module):
 class EnsembleSteps:
     """`Steps` over an ensemble's members, each with its own encoder output and cache."""
 
+    greedy_block = 1  # the members' steps run one at a time, whatever each could take
+
     def __init__(self, ensemble: Ensemble, src: Tensor, *, use_cache: bool = True) -> None:
         self.members: list[Steps] = [m.steps(src, use_cache=use_cache) for m in ensemble.members]
         self._log_n = math.log(len(self.members))
+        self._eos_id = ensemble.config.eos_id
 
     @property
     def src_lengths(self) -> Tensor:
@@ -88,6 +92,9 @@ class EnsembleSteps:
     def logits(self) -> Tensor:
         """The ensemble's scores are only defined normalised: its log-probabilities."""
         return self.log_probs()
+
+    def greedy(self, eos_bias: Tensor) -> Tensor:
+        return greedy_tokens(self, eos_bias, self._eos_id)
 
     def limit(self, max_length: int) -> None:
         for member in self.members:

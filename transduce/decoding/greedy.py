@@ -28,7 +28,7 @@ def greedy_search(model: Searchable, src: Tensor, decode: DecodeConfig = GREEDY,
     output)` is told of each sentence's output as soon as it is complete.
     """
     return _one_token_per_step(model, src, argmax, decode, prefixes=prefixes,
-                               use_cache=use_cache, on_done=on_done)
+                               use_cache=use_cache, on_done=on_done, blocks=True)
 
 
 def sample(model: Searchable, src: Tensor, decode: DecodeConfig = GREEDY,
@@ -61,41 +61,83 @@ def sample(model: Searchable, src: Tensor, decode: DecodeConfig = GREEDY,
 
 @torch.no_grad()
 def _one_token_per_step(model: Searchable, src: Tensor, choose, decode: DecodeConfig, *,
-                        prefixes, use_cache: bool, on_done=None) -> list[list[int]]:
+                        prefixes, use_cache: bool, on_done=None,
+                        blocks: bool = False) -> list[list[int]]:
     """`choose` picks each row's next token from its logits, (rows, V) -> (rows,): they are the
     log-probabilities less a constant per row, so no log-softmax is needed for an argmax or a
-    softmax."""
+    softmax. With `blocks` (`choose` is the argmax), steps that take several greedy tokens in
+    one call (`greedy_block`: a compiled model's) take them so, past the forced prefixes; a
+    row that ends within a block keeps the tokens before its end, as it would one at a time."""
     config = model.config
     steps = model.steps(src, use_cache=use_cache)
     batch = src.shape[0]
     forced, forced_len = forced_prefix(prefixes, batch, src.device)
     limits = max_output_lengths(steps.src_lengths, decode, config.max_positions)
     limits = torch.maximum(limits, forced_len)
-    steps.limit(int(limits.max()))  # <bos> and the tokens before the last
-    out = torch.full((batch, int(limits.max())), config.pad_id, dtype=torch.long)
+    longest = int(limits.max())
+    block = steps.greedy_block if blocks else 1
+    steps.limit(longest + block - 1)  # <bos> and the tokens before the last, a block's too
+    out = torch.full((batch, longest), config.pad_id, dtype=torch.long)
     lengths = limits.clone().cpu()
+    limits_cpu = limits.cpu()
     active = torch.arange(batch, device=src.device)  # the sentence of each decoder row
-    for step in range(int(limits.max())):
-        logits = steps.logits()
-        if step < decode.min_len:
-            logits[:, config.eos_id] = float("-inf")
-        tokens = choose(logits)
-        if step < forced.shape[1]:
-            rows = step < forced_len[active]
-            tokens = torch.where(rows, forced[active, min(step, forced.shape[1] - 1)], tokens)
-        finished = tokens.eq(config.eos_id)
+    step = 0
+    while step < longest:
         active_cpu = active.cpu()
-        out[active_cpu, step] = tokens.masked_fill(finished, config.pad_id).cpu()
-        lengths[active_cpu[finished.cpu()]] = step
-        finished |= (step + 1) >= limits[active]
+        # a block's positions step .. step + block - 1 must be the model's
+        if block > 1 and step >= forced.shape[1] and step + block <= config.max_positions:
+            eos_bias = _eos_bias(step, block, decode.min_len, src.device)
+            finished = _take_block(steps.greedy(eos_bias).cpu(), step, active_cpu,
+                                   limits_cpu, out, lengths, config)
+            taken = block
+        else:
+            logits = steps.logits()
+            if step < decode.min_len:
+                logits[:, config.eos_id] = float("-inf")
+            tokens = choose(logits)
+            if step < forced.shape[1]:
+                rows = step < forced_len[active]
+                tokens = torch.where(rows, forced[active, min(step, forced.shape[1] - 1)],
+                                     tokens)
+            ended = tokens.eq(config.eos_id).cpu()
+            out[active_cpu, step] = tokens.cpu().masked_fill(ended, config.pad_id)
+            lengths[active_cpu[ended]] = step
+            finished = ended | ((step + 1) >= limits_cpu[active_cpu])
+            taken = 1
         if on_done is not None:
-            for i in active_cpu[finished.cpu()].tolist():
+            for i in active_cpu[finished].tolist():
                 on_done(i, out[i, : int(lengths[i])].tolist())
         if finished.all():
             break
-        steps.append(tokens)
+        if taken == 1:
+            steps.append(tokens)
         if finished.any():  # drop finished sentences from the decoder's batch
-            keep = compacting_order(finished)
+            keep = compacting_order(finished.to(src.device))
             active = active[keep]
             steps.select(keep)
+        step += taken
     return [out[i, : int(lengths[i])].tolist() for i in range(batch)]
+
+
+def _eos_bias(step: int, block: int, min_len: int, device) -> Tensor:
+    """What a block's steps add to <eos>'s logit: -inf before the minimum length, else 0."""
+    return torch.tensor([float("-inf") if step + j < min_len else 0.0 for j in range(block)],
+                        device=device)
+
+
+def _take_block(tokens: Tensor, step: int, active: Tensor, limits: Tensor, out: Tensor,
+                lengths: Tensor, config) -> Tensor:
+    """Write a block's tokens (rows, k), taken from `step` on by the sentences `active`, into
+    `out`, each up to its <eos> or its length limit, and those ends into `lengths`; return
+    which rows finished (on the CPU, as every argument)."""
+    rows, k = tokens.shape
+    is_eos = tokens.eq(config.eos_id)
+    first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), k)  # k: none
+    room = limits[active] - step  # tokens each sentence may still have, >= 1
+    kept = torch.minimum(first_eos, room)  # its tokens among the block's
+    width = min(k, out.shape[1] - step)  # room is never more
+    within = torch.arange(width)[None] < kept[:, None]
+    out[active, step : step + width] = tokens[:, :width].masked_fill(~within, config.pad_id)
+    ended = first_eos < room.clamp(max=k)  # by <eos>, within the block and the limit
+    lengths[active[ended]] = step + first_eos[ended]
+    return ended | (room <= k)

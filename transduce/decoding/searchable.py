@@ -15,6 +15,8 @@ class Steps(Protocol):
     """A batch's decoding, one step at a time (`transduce.model.steps.DecoderSteps`): each source
     has `group` consecutive rows (1, then its k beams after `split(k)`)."""
 
+    greedy_block: int  # how many tokens a call of `greedy` had best take (1: one a step)
+
     @property
     def src_lengths(self) -> Tensor:
         """(sources,)"""
@@ -25,6 +27,11 @@ class Steps(Protocol):
 
     def logits(self) -> Tensor:
         """The same less a constant per row: enough for an argmax or a softmax."""
+
+    def greedy(self, eos_bias: Tensor) -> Tensor:
+        """Greedy search's next k = len(eos_bias) tokens of every row, (rows, k), each fed to
+        the next step, eos_bias[j] added to <eos>'s logit at the j-th
+        (`transduce.model.steps.greedy_tokens`)."""
 
     def limit(self, max_length: int) -> None:
         """No row's prefix will have more than `max_length` tokens, <bos> included."""

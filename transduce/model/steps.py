@@ -26,6 +26,10 @@ class DecoderSteps:
     rows among those of the same source.
     """
 
+    # how many tokens a call of `greedy` had best take: eager steps gain nothing from more than
+    # one (a compiled model's steps take several in one graph: transduce.decoding.compiled)
+    greedy_block = 1
+
     def __init__(self, model: Transformer, src: Tensor, *, use_cache: bool = True) -> None:
         """src (B, S): one row per source to begin with."""
         self.model = model
@@ -62,6 +66,10 @@ class DecoderSteps:
         """The next token's scores for every row, (rows, V), ordered as `log_probs` (which
         are these less a constant per row), <pad> and <bos> -inf: enough for an argmax."""
         return self._decode().float().index_fill_(1, self._never, float("-inf"))
+
+    def greedy(self, eos_bias: Tensor) -> Tensor:
+        """The next k tokens of every row, k = len(eos_bias): (rows, k). See `greedy_tokens`."""
+        return greedy_tokens(self, eos_bias, self.model.config.eos_id)
 
     def _decode(self) -> Tensor:
         """The newest position's logits (rows, V). Where the output layer can write them into
@@ -138,6 +146,23 @@ class DecoderSteps:
         self.inputs = self.inputs.index_select(0, rows)
         if self.cache is not None:
             self.cache.select_rows(rows)
+
+
+def greedy_tokens(steps, eos_bias: Tensor, eos_id: int) -> Tensor:
+    """Greedy search's next k = len(eos_bias) tokens of every row of `steps`, (rows, k), one step
+    at a time: each the argmax of its step's logits (<pad> and <bos> never) with eos_bias[j] (0,
+    or -inf before the minimum length) added to <eos>'s, and fed to the next step; the rows'
+    prefixes then hold all k. A row whose output ends (<eos>) within them goes on past it: the
+    search keeps what comes before. What a compiled step computes in one graph for several
+    tokens (transduce.decoding.compiled), and how eager steps would."""
+    tokens = []
+    for bias in eos_bias:
+        logits = steps.logits()
+        logits[:, eos_id] += bias
+        chosen = logits.argmax(dim=1)
+        steps.append(chosen)
+        tokens.append(chosen)
+    return torch.stack(tokens, dim=1)
 
 
 def _pad_positions(x: Tensor, length: int, dim: int = 1) -> Tensor:
