@@ -1,10 +1,16 @@
 """The compiled decoder step (`--compile`): the same tokens as the eager search, greedy and beam,
 with finished sentences leaving the batch; beam 1 is greedy and a sentence alone is translated as
-in a batch on that path too. Compiling takes a while (Inductor, C++): one module, one model."""
+in a batch on that path too. Compiling takes a while (Inductor, C++): one module, one model.
+
+What a kernel path changes is what is compiled (its products and attention): the greedy and beam
+searches are compared with the eager ones on every path (tests/decoding/conftest.py); the tests
+of what the search does around the step (a sentence alone, prefixes, sampling, ensembles, the
+command, no second graph) run on this machine's own path only, each of them tens of seconds."""
 
 import pytest
 import torch
 
+from transduce import kernels
 from transduce.cli import main
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.translator import Translator
@@ -31,6 +37,8 @@ def src():
 
 LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
 
+own_path_only = pytest.mark.parametrize("kernel_path", [kernels.default_path()], indirect=True)
+
 
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
     """Greedy tokens come `greedy_block` at a time from one graph: outputs end inside blocks, at
@@ -55,6 +63,7 @@ def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
 
 
+@own_path_only
 def test_a_sentence_alone_is_translated_as_in_the_batch(model, src):
     together = beam_with(Compiled(model), src, beam_size=3, **LIMITS)
     for i in (0, 4):
@@ -63,6 +72,7 @@ def test_a_sentence_alone_is_translated_as_in_the_batch(model, src):
         assert alone[0].tokens == together[i][0].tokens
 
 
+@own_path_only
 def test_translate_compile_gives_the_translations_of_translate(run_dir, tmp_path):  # noqa: F811
     sentences = ["seven", "forty-two", "one hundred and two"]
     eager = Translator.load(run_dir).translate(sentences, beam_size=2)
@@ -75,6 +85,7 @@ def test_translate_compile_gives_the_translations_of_translate(run_dir, tmp_path
     assert (tmp_path / "out").read_text().splitlines() == eager
 
 
+@own_path_only
 def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, src):
     """Every search runs on a Searchable: a compiled model draws, follows prefixes and joins
     an ensemble as the model does."""
@@ -94,6 +105,7 @@ def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, s
             == greedy_with(Ensemble([model, other]), src, **LIMITS))
 
 
+@own_path_only
 def test_no_batch_compiles_the_step_again(model):
     """One graph serves every batch of several sources, whatever the sizes of the first: here
     16 source tokens, as many as the first window's positions (`bucket`), which Dynamo's duck
