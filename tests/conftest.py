@@ -14,6 +14,13 @@ PAD = 1
 os.environ.setdefault("TRANSDUCE_SERVE_COMPILE", "false")
 
 
+def pytest_collection_modifyitems(items):
+    """The modules marked `first` (the longest, tens of minutes of commands) run before the
+    rest, in their own order: with several workers (scripts/test.sh) the long one starts at
+    once instead of keeping one worker busy after the others are done."""
+    items.sort(key=lambda item: item.get_closest_marker("first") is None)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

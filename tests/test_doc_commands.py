@@ -44,7 +44,8 @@ import yaml
 from .conftest import SHARED_DATA
 from .test_docs import docs_hook
 
-pytestmark = pytest.mark.slow  # runs every command of the docs
+pytestmark = [pytest.mark.slow,  # runs every command of the docs
+              pytest.mark.first]  # ten minutes and more: started first
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 900
