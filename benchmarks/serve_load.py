@@ -38,6 +38,9 @@ SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
+START_SECONDS = 600  # a compiled search warms up before the server is up: minutes on AVX2
+
+
 def start_server(model: str, options: list[str]) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +49,8 @@ def start_server(model: str, options: list[str]) -> tuple[subprocess.Popen, str]
         [sys.executable, "-m", "transduce", "serve", "--model", model, "--port", str(port),
          *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"the server exited ({process.returncode}); run it by hand to see why")
         try:
@@ -54,7 +58,8 @@ def start_server(model: str, options: list[str]) -> tuple[subprocess.Popen, str]
                 return process, url
         except httpx.TransportError:
             time.sleep(0.1)
-    raise SystemExit("the server did not start in 60 s")
+    process.kill()
+    raise SystemExit(f"the server did not start in {START_SECONDS} s")
 
 
 def peak_memory_mib(pid: int) -> float:

@@ -17,5 +17,7 @@ fi
 "${TRANSDUCE_VENV:-.venv}/bin/ruff" check transduce tests benchmarks docs
 # one worker per CPU (at most 4), a test module to a worker: its module-scoped fixtures (trained
 # runs, the docs' workspace) are made once; the suite waits on subprocesses, servers, signals and
-# compilers, and two workers on 2 CPUs take it in ~0.6 of the time of one
-exec "${TRANSDUCE_VENV:-.venv}/bin/python" -m pytest -n logical --maxprocesses 4 --dist loadscope "$@"
+# compilers, and two workers on 2 CPUs take it in ~0.7 of the time of one; the 25 slowest tests
+# are listed at the end, to keep the suite within CI's 30 minutes
+exec "${TRANSDUCE_VENV:-.venv}/bin/python" -m pytest -n logical --maxprocesses 4 --dist loadscope \
+  --durations 25 "$@"
