@@ -3,9 +3,10 @@ with finished sentences leaving the batch; beam 1 is greedy and a sentence alone
 in a batch on that path too. Compiling takes a while (Inductor, C++): one module, one model.
 
 What a kernel path changes is what is compiled (its products and attention): the greedy and beam
-searches are compared with the eager ones on every path (tests/decoding/conftest.py); the tests
-of what the search does around the step (a sentence alone, prefixes, sampling, ensembles, the
-command, no second graph) run on this machine's own path only, each of them tens of seconds."""
+searches (greedy with its prefixes and minimum length) are compared with the eager ones on every
+path (tests/decoding/conftest.py); the tests of what the search does around the step (a sentence
+alone, beam prefixes, sampling, ensembles, the command, no second graph) run on this machine's
+own path only, each of them tens of seconds."""
 
 import pytest
 import torch
