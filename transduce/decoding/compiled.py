@@ -38,6 +38,7 @@ are identical.
 from __future__ import annotations
 
 import torch
+import torch._dynamo.config as dynamo_config
 import torch.fx.experimental._config as fx_config
 from torch import Tensor, nn
 
@@ -153,15 +154,26 @@ def pays(device: torch.device, dtype: str, words: int | None = None, beams: int 
 
 _COMPILED = None
 
+# Graphs Dynamo keeps for one function before it runs it eagerly, silently but for a warning:
+# each shape of model a process searches adds its own (greedy and beam steps, a single
+# source's), so Dynamo's 8 would leave a server's third or fourth model uncompiled
+RECOMPILE_LIMIT = 64
+
+
+def _configure() -> None:
+    """Dynamo's settings for the compiled search, for the process, as Dynamo reads them when
+    it traces, on whichever thread a search compiles: no duck sizing (sizes equal when traced
+    taken for one, see the module), and room for every model's graphs (`RECOMPILE_LIMIT`)."""
+    fx_config.use_duck_shape = False
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+
 
 def compiled_decode_next():
     """`Transformer.decode_next` through `torch.compile` (Inductor with its C++ wrapper), made
     once a process and shared by every model."""
     global _COMPILED
     if _COMPILED is None:
-        # no duck sizing (sizes equal when traced taken for one, see the module): for the
-        # process, as Dynamo reads it when it traces, on whichever thread a search compiles
-        fx_config.use_duck_shape = False
+        _configure()
         _COMPILED = torch.compile(_decode_next, dynamic=True, options={"cpp_wrapper": True})
     return _COMPILED
 
@@ -173,7 +185,7 @@ def compiled_greedy(k: int):
     """`_greedy` of k tokens through `torch.compile` as `compiled_decode_next`: one graph, the
     k steps unrolled in it; made once a process for each k."""
     if k not in _GREEDY:
-        fx_config.use_duck_shape = False  # as compiled_decode_next
+        _configure()
 
         def greedy(model: Transformer, inputs: Tensor, memory: Tensor, src_mask: Tensor,
                    cache: StaticDecoderCache, never: Tensor, eos_bias: Tensor):
