@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._dynamo.config
 
 from transduce import ModelConfig, Transformer, kernels
 
@@ -13,12 +14,40 @@ PAD = 1
 # tests/serve/test_models.py)
 os.environ.setdefault("TRANSDUCE_SERVE_COMPILE", "false")
 
+# a compiled function that has reached Dynamo's limit of graphs runs eagerly, with a warning
+# only: in a test of the compiled search that is an error, not an eager search that passes
+torch._dynamo.config.fail_on_recompile_limit_hit = True
+
 
 def pytest_collection_modifyitems(items):
     """The modules marked `first` (the longest, tens of minutes of commands) run before the
     rest, in their own order: with several workers (scripts/test.sh) the long one starts at
     once instead of keeping one worker busy after the others are done."""
     items.sort(key=lambda item: item.get_closest_marker("first") is None)
+
+
+# The test modules that compile the search, most of them for models of one shape (tests/training/
+# test_trainer.py's FAST with 40 positions) on this CPU's own kernel path: with several workers
+# (scripts/test.sh) one worker takes them all, in one process, so that the graphs one compiles
+# (30-80 s each on a 2-core CPU, even from Inductor's cache on disk) serve the others
+COMPILING = ("tests/decoding/test_compiled.py", "tests/serve/test_models.py",
+             "tests/test_every_option.py", "tests/test_score_command.py",
+             "tests/test_translate_command.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's `--dist loadscope` (a module to a worker), with `COMPILING` one scope."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "compiling" if module in COMPILING else super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +65,12 @@ def kernel_path(request):
     are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one."""
     with kernels.using(request.param):
         yield request.param
+
+
+# for a test of a module whose tests run on every kernel path (tests/decoding, tests/model)
+# that checks what does not change with the path (a command, what the search does around the
+# model): on this CPU's own path only
+own_path_only = pytest.mark.parametrize("kernel_path", [kernels.default_path()], indirect=True)
 
 
 def small_config(**overrides) -> ModelConfig:

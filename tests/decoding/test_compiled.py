@@ -11,12 +11,11 @@ own path only, each of them tens of seconds."""
 import pytest
 import torch
 
-from transduce import kernels
 from transduce.cli import main
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.translator import Translator
 
-from ..conftest import beam_with, draw_with, greedy_with, random_tokens, small_model
+from ..conftest import beam_with, draw_with, greedy_with, own_path_only, random_tokens, small_model
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
 
 pytestmark = pytest.mark.slow  # Inductor compiles C++ for each: tens of seconds a test
@@ -37,8 +36,6 @@ def src():
 
 
 LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
-
-own_path_only = pytest.mark.parametrize("kernel_path", [kernels.default_path()], indirect=True)
 
 
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):

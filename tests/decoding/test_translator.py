@@ -1,3 +1,7 @@
+"""`Translator` and the `translate`/`evaluate` commands over a small trained run. What a kernel
+path changes (a batch's translations, n-best scores, bfloat16) is checked on every path; the
+commands, messages and ensembles, which only pass a search's results on, on this CPU's own."""
+
 import subprocess
 import sys
 
@@ -10,6 +14,7 @@ from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 from transduce.training.start import start_run
 
+from ..conftest import own_path_only
 from ..training.test_trainer import FAST
 
 
@@ -58,6 +63,7 @@ def test_bfloat16_decoding_scores_like_float32(run_dir):
         Translator.load(run_dir, dtype="int4")
 
 
+@own_path_only
 @pytest.mark.parametrize("native", [False, True])
 def test_bfloat16_without_native_support_is_warned_about(run_dir, monkeypatch, caplog, native):
     monkeypatch.setattr("transduce.decoding.translator.native_bf16", lambda device: native)
@@ -68,6 +74,7 @@ def test_bfloat16_without_native_support_is_warned_about(run_dir, monkeypatch, c
     assert caplog.text.count("no native bf16") <= 1
 
 
+@own_path_only
 def test_too_long_line_is_truncated_with_a_warning_naming_it(run_dir, caplog):
     translator = Translator.load(run_dir)
     long = " ".join(["seven"] * 60)
@@ -76,6 +83,7 @@ def test_too_long_line_is_truncated_with_a_warning_naming_it(run_dir, caplog):
     assert "line 2:" in caplog.text and "truncated" in caplog.text
 
 
+@own_path_only
 def test_cli_translate_file_with_empty_lines(run_dir, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("seven\n\nninety-nine\n\n")
@@ -85,6 +93,7 @@ def test_cli_translate_file_with_empty_lines(run_dir, tmp_path, capsys):
     assert len(lines) == 5 and lines[1] == "" and lines[3] == "" and lines[4] == ""
 
 
+@own_path_only
 def test_cli_search_options_reach_the_search(run_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("seven\nninety-nine\none hundred and two\n")
@@ -100,6 +109,7 @@ def test_cli_search_options_reach_the_search(run_dir, tmp_path):
         assert out.read_text().splitlines() == expected
 
 
+@own_path_only
 def test_cli_translate_attention_maps(run_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("seven\neight hundred\n")
@@ -111,6 +121,7 @@ def test_cli_translate_attention_maps(run_dir, tmp_path):
     assert all(m.stat().st_size > 5000 for m in maps)
 
 
+@own_path_only
 def test_cli_invalid_utf8_names_the_line(run_dir, tmp_path):
     src = tmp_path / "bad.txt"
     src.write_bytes(b"seven\neight \xff\n")
@@ -123,6 +134,7 @@ def test_cli_invalid_utf8_names_the_line(run_dir, tmp_path):
     assert stdin.returncode == 2 and b"<stdin>:2: invalid UTF-8" in stdin.stderr
 
 
+@own_path_only
 @pytest.mark.parametrize("lowercase", [True, False])
 def test_cli_evaluate_prints_bleu_chrf_and_ter_with_signatures(run_dir, tmp_path, capsys,
                                                               lowercase):
@@ -148,11 +160,13 @@ def test_cli_evaluate_prints_bleu_chrf_and_ter_with_signatures(run_dir, tmp_path
     assert all(case in line for line in lines[:3])
 
 
+@own_path_only
 def test_not_a_model_directory_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="not a model directory"):
         Translator.load(tmp_path)
 
 
+@own_path_only
 def test_cli_checkpoint_option_loads_that_checkpoint(tmp_path, capsys):
     from safetensors.torch import load_file
 
@@ -183,6 +197,7 @@ def second_run(run_dir):
     return run
 
 
+@own_path_only
 def test_an_ensemble_of_runs(run_dir, second_run, tmp_path, capsys):
     sentences = ["seven", "", "one hundred and two", "forty-two"]
     alone = Translator.load(run_dir).translate_detailed(sentences, beam_size=3, nbest=2)
@@ -201,6 +216,7 @@ def test_an_ensemble_of_runs(run_dir, second_run, tmp_path, capsys):
     assert "BLEU = " in capsys.readouterr().out
 
 
+@own_path_only
 def test_an_ensemble_needs_one_tokenizer(run_dir, tmp_path):
     other = tmp_path / "other"
     start_run(load_config(overrides=[*FAST, "train.max_updates=2", "data.vocab_size=320"]),
