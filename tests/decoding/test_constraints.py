@@ -7,7 +7,7 @@ from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.search import search
 from transduce.errors import UserError
 
-from ..conftest import beam_with, random_tokens, small_model
+from ..conftest import beam_with, own_path_only, random_tokens, small_model
 from .test_beam import _batch
 from .test_ensemble import _members
 from .test_greedy import _model_that_stops
@@ -25,6 +25,7 @@ def _constraints(n: int) -> list[list[list[int]]]:
     return [shapes[i % len(shapes)] for i in range(n)]
 
 
+@own_path_only  # a batch's outputs are a sentence's alone on every path: test_beam, test_greedy
 @pytest.mark.parametrize("stopping", ["early", "exact"])
 @pytest.mark.parametrize("k", [1, 4])
 def test_every_constraint_is_in_every_output_batched_and_alone(k, stopping):
