@@ -33,6 +33,8 @@ def pytest_collection_modifyitems(items):
 COMPILING = ("tests/decoding/test_compiled.py", "tests/serve/test_models.py",
              "tests/test_every_option.py", "tests/test_score_command.py",
              "tests/test_translate_command.py")
+_missing = [m for m in COMPILING if not (Path(__file__).parents[1] / m).is_file()]
+assert not _missing, f"tests/conftest.py: COMPILING names modules that are not there: {_missing}"
 
 
 @pytest.hookimpl(optionalhook=True)
