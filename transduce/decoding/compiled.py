@@ -38,8 +38,6 @@ are identical.
 from __future__ import annotations
 
 import torch
-import torch._dynamo.config as dynamo_config
-import torch.fx.experimental._config as fx_config
 from torch import Tensor, nn
 
 from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
@@ -163,7 +161,12 @@ RECOMPILE_LIMIT = 64
 def _configure() -> None:
     """Dynamo's settings for the compiled search, for the process, as Dynamo reads them when
     it traces, on whichever thread a search compiles: no duck sizing (sizes equal when traced
-    taken for one, see the module), and room for every model's graphs (`RECOMPILE_LIMIT`)."""
+    taken for one, see the module), and room for every model's graphs (`RECOMPILE_LIMIT`).
+    Imported here, not with the module: Dynamo takes ~2 s to import, a third of a `translate`
+    that does not compile."""
+    import torch._dynamo.config as dynamo_config
+    import torch.fx.experimental._config as fx_config
+
     fx_config.use_duck_shape = False
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
