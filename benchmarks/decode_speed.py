@@ -350,8 +350,12 @@ def main() -> None:
                     # the same lengths; ids clear of Marian's specials (</s> 0, <unk> 1)
                     subset = [[t + 4 for t in s[:-1]] + [model.config.eos_id] for s in subset]
                 else:
-                    model = Transformer(ModelConfig.preset(shape, src_vocab_size=8000,
-                                                           tgt_vocab_size=8000)).eval()
+                    # the trained model's vocabularies, whatever their sizes: the exports
+                    # write its tokenizers' pieces, which must be as many as the embeddings
+                    model = Transformer(ModelConfig.preset(
+                        shape, src_vocab_size=tokenizers.src.vocab_size,
+                        tgt_vocab_size=tokenizers.tgt.vocab_size,
+                        share_embeddings=tokenizers.shared)).eval()
                     shape_tokenizers = tokenizers
                 export(model, shape_tokenizers, Path(tmp) / shape, args.engines)
                 results = {f"beam {k}" if k > 1 else "greedy": run_engines(
