@@ -1,4 +1,5 @@
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,6 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
-def pytest_collection_modifyitems(items):
-    """The modules marked `first` (the longest, tens of minutes of commands) run before the
-    rest, in their own order: with several workers (scripts/test.sh) the long one starts at
-    once instead of keeping one worker busy after the others are done."""
-    items.sort(key=lambda item: item.get_closest_marker("first") is None)
-
-
 # The test modules that compile the search, most of them for models of one shape (tests/training/
 # test_trainer.py's FAST with 40 positions) on this CPU's own kernel path: with several workers
 # (scripts/test.sh) one worker takes them all, in one process, so that the graphs one compiles
@@ -47,17 +41,35 @@ _missing = [m for m in COMPILING if not (Path(__file__).parents[1] / m).is_file(
 assert not _missing, f"tests/conftest.py: COMPILING names modules that are not there: {_missing}"
 
 
+def _scope(nodeid: str) -> str:
+    """What one worker runs in one process: a module, or `COMPILING` together."""
+    module = nodeid.split("::", 1)[0]
+    return "compiling" if module in COMPILING else module
+
+
+def pytest_collection_modifyitems(items):
+    """The modules marked `first` (the longest: the docs' commands, the wheel) start first, then
+    the rest, the scopes with the most tests first: with several workers (scripts/test.sh) the
+    long ones start at once instead of one keeping a worker busy after the others are done (the
+    wheel, last by xdist's own order of scopes, was the last two minutes of a CI run)."""
+    tests = Counter(_scope(item.nodeid) for item in items)
+    items.sort(key=lambda item: (item.get_closest_marker("first") is None,
+                                 -tests[_scope(item.nodeid)]))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's `--dist loadscope` (a module to a worker), with `COMPILING` one scope."""
+    """pytest-xdist's `--dist loadscope` (a module to a worker, `COMPILING` one scope), taking
+    the scopes in the order of the collection (`pytest_collection_modifyitems`)."""
     if config.getoption("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # xdist's: by number of tests alone
+
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "compiling" if module in COMPILING else super()._split_scope(nodeid)
+            return _scope(nodeid)
 
     return Scheduling(config, log)
 

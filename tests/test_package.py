@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # builds the sdist and wheel and installs them
+pytestmark = [pytest.mark.slow,  # builds the sdist and wheel and installs them
+              pytest.mark.first]  # two minutes: started first
 
 ROOT = Path(__file__).resolve().parents[1]
 
