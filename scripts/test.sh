@@ -3,16 +3,19 @@
 # Extra arguments go to pytest (e.g. scripts/test.sh -k attention).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TRANSDUCE_EXTRAS="[test]" scripts/setup.sh
 # the server's page is tested in a real browser (Debian's Chromium), its workers' shared rate
-# limit in a real Redis (Debian's redis-server): installed when missing
+# limit in a real Redis (Debian's redis-server): installed when missing, while pip installs
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v redis-server >/dev/null || missing+=(redis-server)
+apt=
 if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
-    >/dev/null || echo "could not install ${missing[*]}: their tests will be skipped" >&2
+  { { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+      >/dev/null 2>&1 || echo "could not install ${missing[*]}: their tests will be skipped" >&2; } &
+  apt=$!
 fi
+TRANSDUCE_EXTRAS="[test]" scripts/setup.sh
+[ -z "$apt" ] || wait "$apt"
 # lint first: a style error fails in seconds, before a half-hour suite
 "${TRANSDUCE_VENV:-.venv}/bin/ruff" check transduce tests benchmarks docs
 # one worker per CPU (at most 4), a test module to a worker: its module-scoped fixtures (trained
