@@ -26,7 +26,7 @@ def _small() -> torch.nn.Module:
     compiled graph's code and compiling grow with the layers (greedy search on three kernel paths
     compiled in 106 s against 160 from an empty Inductor cache); two still check that each layer
     reads and writes its own cache."""
-    return small_model(n_encoder_layers=1, n_decoder_layers=2).eval()
+    return small_model(n_encoder_layers=1, n_decoder_layers=2)
 
 
 @pytest.fixture(scope="module")
