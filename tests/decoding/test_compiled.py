@@ -115,11 +115,13 @@ def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, s
 def test_no_batch_compiles_the_step_again(model):
     """One graph serves every batch of several sources, whatever the sizes of the first: here
     16 source tokens, as many as the first window's positions (`bucket`), which Dynamo's duck
-    sizing took for one size (and compiled again for each batch after)."""
-    from torch._dynamo.utils import counters
+    sizing took for one size (and compiled again for each batch after). And it is traced once:
+    not a second time for a float it first took for a variable (`_configure`)."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
 
     torch._dynamo.reset()
     counters.clear()
+    compilation_time_metrics.clear()
     compiled = Compiled(model)
     torch.manual_seed(5)
     for rows, width in [(4, 16), (4, 9), (3, 23), (5, 12)]:
@@ -127,3 +129,5 @@ def test_no_batch_compiles_the_step_again(model):
         if rows == 4 and width == 16:
             graphs = counters["stats"]["unique_graphs"]
     assert counters["stats"]["unique_graphs"] == graphs == 1
+    assert "compile_attempt_0" in compilation_time_metrics
+    assert "compile_attempt_1" not in compilation_time_metrics  # no trace started again

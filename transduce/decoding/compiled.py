@@ -161,13 +161,18 @@ RECOMPILE_LIMIT = 64
 def _configure() -> None:
     """Dynamo's settings for the compiled search, for the process, as Dynamo reads them when
     it traces, on whichever thread a search compiles: no duck sizing (sizes equal when traced
-    taken for one, see the module), and room for every model's graphs (`RECOMPILE_LIMIT`).
-    Imported here, not with the module: Dynamo takes ~2 s to import, a third of a `translate`
-    that does not compile."""
+    taken for one, see the module), room for every model's graphs (`RECOMPILE_LIMIT`), and
+    Python floats taken as the constants they are. With `dynamic=True` Dynamo first makes a
+    symbol of each float a step reads (`nn.Embedding`'s norm_type, 2.0), finds it must be
+    specialised, and traces the whole step again: a second trace that also missed the
+    AOTAutograd cache, so a step with Inductor's cache on disk still took ~80 s to compile
+    on a 2-core AVX2 EPYC, against ~26 s without it (docs/speed.md). Imported here, not with
+    the module: Dynamo takes ~2 s to import, a third of a `translate` that does not compile."""
     import torch._dynamo.config as dynamo_config
     import torch.fx.experimental._config as fx_config
 
     fx_config.use_duck_shape = False
+    dynamo_config.specialize_float = True
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
