@@ -131,3 +131,22 @@ def test_no_batch_compiles_the_step_again(model):
     assert counters["stats"]["unique_graphs"] == graphs == 1
     assert "compile_attempt_0" in compilation_time_metrics
     assert "compile_attempt_1" not in compilation_time_metrics  # no trace started again
+
+
+@own_path_only
+def test_beam_search_compiles_one_graph_for_batches(model):
+    """Beam search's steps of several sources are one graph: its first step, one row a source
+    before the k beams, runs eagerly (compiled, it was a graph of its own, and one more for a
+    single source), whatever the sizes."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = Compiled(model)
+    torch.manual_seed(6)
+    for rows, width in [(3, 11), (5, 7)]:
+        src = random_tokens(rows, width)
+        found = beam_with(compiled, src, beam_size=3, **LIMITS)
+        assert [h[0].tokens for h in found] == [
+            h[0].tokens for h in beam_with(model, src, beam_size=3, **LIMITS)]
+    assert counters["stats"]["unique_graphs"] == 1
