@@ -15,9 +15,11 @@ window's positions, compiled a graph for that equality and two more for the batc
 the step's tensors are never views (Dynamo guards a view's base); so no batch compiles again
 (tests/serve/test_models.py, tests/decoding/test_compiled.py). Before the first step the
 cross-attention caches are filled (eager products over the whole source) and the static buffers
-taken; every step then runs compiled, and only reads and writes them, but for a first step
-that is not greedy search's (`CompiledSteps._decode`: beam search's, one row a source before
-its k beams, would be two graphs more to compile for one step a search). Greedy
+taken; every step then runs compiled, and only reads and writes them, but for the first of
+one row a source (`CompiledSteps._decode`): beam search's, before its k beams, is its only step
+of that kind, and compiled it would be two graphs more (one source or several), as long to
+compile as the two of every other step, for one step a search. Steps of one row a source
+throughout (sampling, forced prefixes) compile theirs at the second. Greedy
 search takes its tokens `greedy_block` at a time from one graph (`CompiledSteps.greedy`: the
 steps unrolled, each argmax fed to the next inside the graph), so the Python around a step
 comes once for several; its rows leave the batch once a block. The
@@ -95,12 +97,8 @@ class CompiledSteps(DecoderSteps):
         self.cache.read(self._window(bucket(self._position)))
         first = self._position == 0
         self._position += 1
-        # The first step runs eagerly: before a beam search splits each source's row into its
-        # k beams, it is the only step of one row a source, and compiled it would be two
-        # graphs more (one source or several), as long to compile as the two of every other
-        # step, for one step a search. Steps of one row a source throughout (sampling, forced
-        # prefixes) compile theirs at the second; greedy search takes its tokens from
-        # `greedy`'s graph.
+        # a first step of one row a source (beam search's, before its k beams) runs eagerly:
+        # two graphs fewer to compile (see the module)
         step = _decode_next if first and self.group == 1 else compiled_decode_next()
         # never views (`detach()`, no copy): Dynamo guards a view's base, so a graph traced
         # with a view would not take the same tensor unviewed (after an index_select) and
