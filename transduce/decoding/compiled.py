@@ -176,15 +176,13 @@ def _configure() -> None:
     specialised, and traces the whole step again: a second trace that also missed the
     AOTAutograd cache, so a step with Inductor's cache on disk still took ~80 s to compile
     on a 2-core AVX2 EPYC, against ~26 s without it (docs/speed.md). Before each call of a
-    graph Dynamo checks that its inputs are still those it was traced for (its guards): the
-    model's every module, parameter and setting one by one, ~0.6 ms a call of greedy search's
-    1-row graph on that EPYC. With recursive dictionary tags, a module none of whose
-    attributes was reassigned since the last call (the version tags of its and its
-    submodules' `__dict__`s the same) passes at once: ~0.4 ms. It assumes what Dynamo's
-    default already assumes of a tensor held in a module's dictionary
-    (`skip_tensor_guards_with_matching_dict_tags`): that it keeps its dtype and shape, as
-    weights loaded in place (`load_state_dict`) do. Imported here, not with the module:
-    Dynamo takes ~2 s to import, a third of a `translate` that does not compile."""
+    graph Dynamo checks its guards, the model's every module, parameter and setting; with
+    recursive dictionary tags a module none of whose attributes was reassigned since the last
+    call passes at once (a third less time, docs/speed.md). That assumes what Dynamo's default
+    (`skip_tensor_guards_with_matching_dict_tags`) already assumes of a tensor held in a
+    module's dictionary: that it keeps its dtype and shape, as weights loaded in place do.
+    Imported here, not with the module: Dynamo takes ~2 s to import, a third of a
+    `translate` that does not compile."""
     import torch._dynamo.config as dynamo_config
     import torch.fx.experimental._config as fx_config
 
