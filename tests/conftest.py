@@ -7,6 +7,7 @@ import torch
 import torch._dynamo.config
 
 from transduce import ModelConfig, Transformer, kernels
+from transduce.kernels import linear as linear_kernels
 
 PAD = 1
 
@@ -82,13 +83,22 @@ def _seed():
 @pytest.fixture(params=[
     pytest.param(path, marks=() if path == kernels.default_path() else pytest.mark.slow)
     for path in kernels.available()])
-def kernel_path(request):
+def kernel_path(request, monkeypatch):
     """Each kernel path this PyTorch has (reference, mkl, onednn), whatever this machine's CPU
     would pick: a test taking this fixture runs once under each. The kernel, model and decoding
     tests take it for all their tests (their conftest.py). The paths this CPU does not pick
-    are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one."""
+    are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one. On the oneDNN
+    path the size from which a layer goes to oneDNN is scaled to the tests' small models
+    (`TEST_ONEDNN_FROM`), so that they too have layers on both sides of it."""
+    monkeypatch.setattr(linear_kernels, "ONEDNN_FROM", TEST_ONEDNN_FROM)
     with kernels.using(request.param):
         yield request.param
+
+
+# weight elements from which a layer goes to oneDNN on its path, in the tests: `small_model`'s
+# feed-forward layers (48 x 32), packed projections (96 x 32) and output layer (50 x 32) go to
+# oneDNN, its attention's output projections (32 x 32) stay with MKL
+TEST_ONEDNN_FROM = 1536
 
 
 # for a test of a module whose tests run on every kernel path (tests/decoding, tests/model)

@@ -1,3 +1,5 @@
+import gc
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,8 +13,9 @@ needs_onednn = pytest.mark.skipif("onednn" not in kernels.available(),
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU."""
+def counted(monkeypatch):
+    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU (layers of
+    every size: `ONEDNN_FROM` as it is)."""
     count, real = [0], module.onednn_linear
 
     def counting(*args):
@@ -22,6 +25,13 @@ def calls(monkeypatch):
     monkeypatch.setattr(module, "onednn_linear", counting)
     with kernels.using("onednn"):
         yield count
+
+
+@pytest.fixture
+def calls(counted, monkeypatch):
+    """`counted`, with every layer large enough for oneDNN (the small ones of these tests)."""
+    monkeypatch.setattr(module, "ONEDNN_FROM", 0)
+    return counted
 
 
 @needs_onednn
@@ -72,14 +82,68 @@ def test_written_into_a_buffer_equals_f_linear(features, bias, kernel_path):
         expected = F.linear(x, layer.weight, layer.bias)
     assert result.data_ptr() == out.data_ptr()
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)  # every path writes it
-    assert writes_into(layer) == (kernel_path != "onednn")  # computed there, not copied
+    # computed there, not copied, but by oneDNN (the larger layer on its path)
+    assert writes_into(layer) == (kernel_path != "onednn"
+                                  or layer.weight.numel() < module.ONEDNN_FROM)
 
 
-def test_a_compiled_linear_layer_equals_f_linear_on_every_path(kernel_path):
-    """Inductor cannot lower oneDNN's op: inside a compiled region the layer is F.linear."""
-    layer = Linear(16, 24)
-    compiled = torch.compile(lambda x: torch.relu(layer(x)))
-    x = torch.randn(5, 16)
+@pytest.mark.parametrize("features", [None, slice(0, 128), slice(128, None)])
+@pytest.mark.parametrize("out", [1024, 8])  # a layer for oneDNN, one for MKL on its path
+def test_a_compiled_linear_layer_equals_f_linear_on_every_path(out, features, kernel_path):
+    """Inside a compiled region a large layer on the oneDNN path is `transduce::onednn_linear`
+    (Inductor cannot lower oneDNN's op), the others F.linear: the same results, on rows that
+    vary (one graph for them), of the whole layer or of some of its features."""
+    torch._dynamo.reset()  # the lambda's code is every case's: its graphs, each case's own
+    layer = Linear(128, out)
+    compiled = torch.compile(lambda x: torch.relu(layer(x, features)), dynamic=True,
+                             options={"cpp_wrapper": True})
+    part = slice(None) if features is None else features
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x), torch.relu(F.linear(x, layer.weight,
-                                                                     layer.bias)))
+        for rows in (5, 70, 1):
+            x = torch.randn(rows, 128)
+            torch.testing.assert_close(compiled(x), torch.relu(F.linear(
+                x, layer.weight[part], layer.bias[part])), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_only_layers_of_onednn_from_weights_go_to_onednn(counted):
+    """A tiny model's 128-wide layers stay with MKL, its output layer goes to oneDNN."""
+    rows = module.ONEDNN_FROM // 128
+    x = torch.randn(3, 128)
+    with torch.no_grad():
+        for features, expected in ((rows - 1, 0), (rows, 1), (8000, 2)):
+            layer = Linear(128, features)
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-5)
+            assert counted[0] == expected
+
+
+@needs_onednn
+def test_packed_weights_are_reordered_once_and_follow_changes_in_place(counted):
+    """A weight is reordered into oneDNN's layout at its first product and kept; loaded into
+    in place (a new version), it is reordered again; gone, so is its copy. Slices of it (a
+    packed [W_Q; W_K; W_V]'s parts) have copies of their own."""
+    layer = Linear(128, 2048)
+    x = torch.randn(4, 128)
+    with torch.no_grad():
+        layer(x)
+        first = module.packed(layer.weight)
+        assert module.packed(layer.weight) is first  # kept
+        layer.weight.copy_(torch.randn(2048, 128))  # as load_state_dict does
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+        assert module.packed(layer.weight) is not first
+        for part in (slice(0, 1024), slice(1024, None)):
+            torch.testing.assert_close(layer(x, part), F.linear(
+                x, layer.weight[part], layer.bias[part]), rtol=1e-5, atol=1e-5)
+        assert module.packed(layer.weight, 0, 1024) is module.packed(layer.weight, 0, 1024)
+    key = id(layer.weight)
+    assert set(module._PACKED[key][1]) == {(0, 2048), (0, 1024), (1024, 2048)}
+    del layer
+    gc.collect()
+    assert key not in module._PACKED
+    with torch.inference_mode():  # weights without a version counter: used as they are
+        made = Linear(128, 2048)
+        torch.testing.assert_close(made(x), F.linear(x, made.weight, made.bias),
+                                   rtol=1e-5, atol=1e-5)
+    assert id(made.weight) not in module._PACKED

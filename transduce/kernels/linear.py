@@ -1,14 +1,20 @@
 """Linear layers whose float32 inference products run on MKL or on oneDNN, as chosen.
 
 PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 code on AMD
-processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it: on a
-2-core AMD EPYC with AVX-512 its linear kernel was faster at every shape of the decoder, with the
-same results (equal or within float32 rounding: another order of summation). The path is chosen
-at run time (`transduce.kernels`: the CPU picks the default, TRANSDUCE_KERNELS or
-`kernels.use` any path); every path has the same contract, `out=` included. The oneDNN kernel
-has no backward pass, so training, and anything else that needs gradients, keeps `F.linear`;
-bfloat16 and float16 already reach oneDNN through it. Inside a region `torch.compile` traces,
-`F.linear` too: Inductor lowers it (with its own choice of kernel) and cannot lower oneDNN's op.
+processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it. The path
+is chosen at run time (`transduce.kernels`: the CPU picks the default, TRANSDUCE_KERNELS or
+`kernels.use` any path); every path has the same contract, `out=` included. On the oneDNN path
+a layer goes to oneDNN when its weight has `ONEDNN_FROM` elements or more (a 128 x 1,024
+layer), multiplied by a copy of the weight in oneDNN's own blocked layout (`packed`: reordered
+once, not at every call), and a smaller one stays with MKL: oneDNN's fixed cost of ~20 us a call
+made it the slower for a `tiny` model's 128-wide layers at every row count a search meets, and
+the faster, 1.2-2.6x packed, from a 512 x 512 layer and for every output layer (docs/speed.md,
+"oneDNN for large layers, packed once"). Results are equal or within float32 rounding (another
+order of summation). The oneDNN kernel has no backward pass, so training, and anything else that
+needs gradients, keeps `F.linear`; bfloat16 and float16 already reach oneDNN through it. Inside a
+region `torch.compile` traces, a layer that would go to oneDNN is the custom operator
+`transduce::onednn_linear` (Inductor calls it as it is; it cannot lower oneDNN's own op), the
+others `F.linear`, which Inductor lowers.
 
 A product written into a buffer (a search step's logits) with many output features, the output
 layer of a large vocabulary, is computed a block of features at a time: MKL's single product
@@ -18,35 +24,102 @@ blocks of 2,048 features, whose results stay in the cache (docs/speed.md).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce import kernels
 
+# weight elements from which the oneDNN path multiplies on oneDNN (see the module)
+ONEDNN_FROM = 1 << 17
+
 
 def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear(x, weight, bias)`, on oneDNN for float32 CPU tensors when no gradient is due
+def on_onednn(weight: Tensor) -> bool:
+    """Whether a float32 inference product with this weight goes to oneDNN (the path's choice
+    and the weight's size; `linear` checks the rest)."""
+    return kernels.path() == "onednn" and weight.numel() >= ONEDNN_FROM
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None,
+           features: slice | None = None) -> Tensor:
+    """`F.linear(x, weight[features], bias[features])` (all of them: features None), on oneDNN
+    for float32 CPU tensors when the weight is large enough (`on_onednn`) and no gradient is due
     (and autocast does not ask for another precision)."""
-    if (kernels.path() == "onednn"  # training leaves at the second test: gradients are due
+    if features is not None:
+        part, part_bias = weight[features], None if bias is None else bias[features]
+    else:
+        part, part_bias = weight, bias
+    if (on_onednn(part)  # training leaves at the next test: gradients are due
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-            and not torch.compiler.is_compiling()
-            and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu" and x.numel()
+            and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu")):
-        rows = x.reshape(-1, x.shape[-1])
-        n = len(rows)
-        padding = -n % row_bucket(n)
-        if padding:
-            out = onednn_linear(torch.cat([rows, rows.new_zeros(padding, rows.shape[1])]),
-                                weight, bias)[:n]
-        else:
-            out = onednn_linear(rows, weight, bias)
-        return out.view(*x.shape[:-1], weight.shape[0])
-    return F.linear(x, weight, bias)
+        start, stop, _ = (features or slice(None)).indices(len(weight))
+        if torch.compiler.is_compiling():
+            return torch.ops.transduce.onednn_linear(x, weight, bias, start, stop)
+        if x.numel():
+            return _on_onednn(x, weight, bias, start, stop)
+    return F.linear(x, part, part_bias)
+
+
+def _on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int
+               ) -> Tensor:
+    """x @ weight[start:stop].T + bias[start:stop] on oneDNN, the weight packed, the rows padded
+    to a `row_bucket`."""
+    if bias is not None:
+        bias = bias[start:stop]
+    rows = x.reshape(-1, x.shape[-1])
+    n = len(rows)
+    padding = -n % row_bucket(n)
+    if padding:
+        rows = torch.cat([rows, rows.new_zeros(padding, rows.shape[1])])
+    out = onednn_linear(rows, packed(weight, start, stop), bias)[:n]
+    return out.view(*x.shape[:-1], stop - start)
+
+
+# the packed weights: id(weight) -> (a weak reference to it, {(start, stop): (its version when
+# packed, the packed rows)}); an entry leaves with its weight
+_PACKED: dict[int, tuple[weakref.ref, dict[tuple[int, int], tuple[int, Tensor]]]] = {}
+
+
+def packed(weight: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
+    """Rows start:stop of a weight in oneDNN's blocked layout, reordered at the first call and
+    kept while the weight lives and is not changed in place (its version counter: loading new
+    weights into it, an optimizer's step), so that a product does not reorder it every time; an
+    inference tensor's (which has no version counter), as it is."""
+    stop = len(weight) if stop is None else stop
+    if weight.is_inference():  # made under torch.inference_mode: no version to tell a change
+        return weight[start:stop]  # by, so reordered at every product, as unpacked ones are
+    key = id(weight)
+    held = _PACKED.get(key)
+    if held is None or held[0]() is not weight:
+        held = _PACKED[key] = (weakref.ref(weight), {})
+        weakref.finalize(weight, _PACKED.pop, key, None)
+    version, rows = held[1].get((start, stop), (None, None))
+    if version != weight._version:
+        rows = torch.ops.mkldnn._reorder_linear_weight(weight.detach()[start:stop])
+        held[1][start, stop] = (weight._version, rows)
+    return rows
+
+
+@torch.library.custom_op("transduce::onednn_linear", mutates_args=())
+def _compiled_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int
+                        ) -> Tensor:
+    """`_on_onednn` as an operator a compiled graph calls (given the whole weight, which is
+    the parameter itself there, so that its packed copy is found again)."""
+    if not x.numel():
+        return F.linear(x, weight[start:stop], None if bias is None else bias[start:stop])
+    return _on_onednn(x, weight, bias, start, stop)
+
+
+@_compiled_on_onednn.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int) -> Tensor:
+    return x.new_empty(*x.shape[:-1], stop - start)
 
 
 def row_bucket(rows: int) -> int:
@@ -88,18 +161,18 @@ class Linear(nn.Linear):
         weight: the queries of a packed [W_Q; W_K; W_V], say). With `out`, a (rows, features)
         buffer for a 2-D x, the result is written there (computed there where it can be; on
         oneDNN, which cannot, copied there) and returned."""
+        if out is None:
+            return linear(x, self.weight, self.bias, features)
         weight, bias = self.weight, self.bias
         if features is not None:
             weight, bias = weight[features], None if bias is None else bias[features]
-        if out is None:
-            return linear(x, weight, bias)
         if (x.dim() == 2 and out.dtype == x.dtype
-                and (kernels.path() != "onednn" or torch.compiler.is_compiling())):
+                and (not on_onednn(weight) or torch.compiler.is_compiling())):
             return linear_into(x, weight, bias, out)
-        return out.copy_(linear(x, weight, bias))
+        return out.copy_(linear(x, self.weight, self.bias, features))
 
 
 def writes_into(layer: nn.Module) -> bool:
     """Whether `layer(x, out=buffer)` computes its result in the buffer (so that a caller keeping
     one from call to call saves fresh memory; on oneDNN it would be a copy more)."""
-    return isinstance(layer, Linear) and kernels.path() != "onednn"
+    return isinstance(layer, Linear) and not on_onednn(layer.weight)
