@@ -14,8 +14,8 @@ needs_onednn = pytest.mark.skipif("onednn" not in kernels.available(),
 
 @pytest.fixture
 def counted(monkeypatch):
-    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU (layers of
-    every size: `ONEDNN_FROM` as it is)."""
+    """How many times the oneDNN kernel ran, with oneDNN chosen whatever this CPU (for layers
+    from `ONEDNN_FROM` weights, as the `kernel_path` fixture sets it)."""
     count, real = [0], module.onednn_linear
 
     def counting(*args):
@@ -107,7 +107,8 @@ def test_a_compiled_linear_layer_equals_f_linear_on_every_path(out, features, ke
 
 @needs_onednn
 def test_only_layers_of_onednn_from_weights_go_to_onednn(counted):
-    """A tiny model's 128-wide layers stay with MKL, its output layer goes to oneDNN."""
+    """A layer of fewer than `ONEDNN_FROM` weights stays with MKL; from it, and an 8,000-word
+    output layer, to oneDNN."""
     rows = module.ONEDNN_FROM // 128
     x = torch.randn(3, 128)
     with torch.no_grad():

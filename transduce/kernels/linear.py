@@ -40,45 +40,60 @@ def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def on_onednn(weight: Tensor) -> bool:
-    """Whether a float32 inference product with this weight goes to oneDNN (the path's choice
-    and the weight's size; `linear` checks the rest)."""
-    return kernels.path() == "onednn" and weight.numel() >= ONEDNN_FROM
+def on_onednn(weight: Tensor, features: slice | None = None) -> bool:
+    """Whether a float32 inference product with these rows of the weight (all: None) goes to
+    oneDNN (the path's choice and their size; `linear` checks the rest)."""
+    if kernels.path() != "onednn":
+        return False
+    start, stop = _span(weight, features)
+    return (stop - start) * weight.shape[1] >= ONEDNN_FROM
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None,
            features: slice | None = None) -> Tensor:
     """`F.linear(x, weight[features], bias[features])` (all of them: features None), on oneDNN
-    for float32 CPU tensors when the weight is large enough (`on_onednn`) and no gradient is due
-    (and autocast does not ask for another precision)."""
-    if features is not None:
-        part, part_bias = weight[features], None if bias is None else bias[features]
-    else:
-        part, part_bias = weight, bias
-    if (on_onednn(part)  # training leaves at the next test: gradients are due
+    for float32 CPU tensors when the rows are enough (`on_onednn`) and no gradient is due (and
+    autocast does not ask for another precision)."""
+    if (on_onednn(weight, features)  # training leaves at the next test: gradients are due
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
             and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu")):
-        start, stop, _ = (features or slice(None)).indices(len(weight))
+        start, stop = _span(weight, features)
         if torch.compiler.is_compiling():
             return torch.ops.transduce.onednn_linear(x, weight, bias, start, stop)
-        if x.numel():
-            return _on_onednn(x, weight, bias, start, stop)
-    return F.linear(x, part, part_bias)
+        return _on_onednn(x, weight, bias, start, stop)
+    return F.linear(x, *_rows(weight, bias, features))
+
+
+def _span(weight: Tensor, features: slice | None) -> tuple[int, int]:
+    """The first and the end of the weight's rows `features` (all: None)."""
+    if features is None:
+        return 0, len(weight)
+    start, stop, _ = features.indices(len(weight))
+    return start, stop
+
+
+def _rows(weight: Tensor, bias: Tensor | None, features: slice | None
+          ) -> tuple[Tensor, Tensor | None]:
+    """weight[features] and bias[features] (all of them: features None)."""
+    if features is None:
+        return weight, bias
+    return weight[features], None if bias is None else bias[features]
 
 
 def _on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int
                ) -> Tensor:
     """x @ weight[start:stop].T + bias[start:stop] on oneDNN, the weight packed, the rows padded
-    to a `row_bucket`."""
-    if bias is not None:
-        bias = bias[start:stop]
+    to a `row_bucket` (an empty x: F.linear's empty result)."""
+    if not x.numel():
+        return F.linear(x, *_rows(weight, bias, slice(start, stop)))
     rows = x.reshape(-1, x.shape[-1])
     n = len(rows)
     padding = -n % row_bucket(n)
     if padding:
         rows = torch.cat([rows, rows.new_zeros(padding, rows.shape[1])])
-    out = onednn_linear(rows, packed(weight, start, stop), bias)[:n]
+    out = onednn_linear(rows, packed(weight, start, stop),
+                        None if bias is None else bias[start:stop])[:n]
     return out.view(*x.shape[:-1], stop - start)
 
 
@@ -112,8 +127,6 @@ def _compiled_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, start: i
                         ) -> Tensor:
     """`_on_onednn` as an operator a compiled graph calls (given the whole weight, which is
     the parameter itself there, so that its packed copy is found again)."""
-    if not x.numel():
-        return F.linear(x, weight[start:stop], None if bias is None else bias[start:stop])
     return _on_onednn(x, weight, bias, start, stop)
 
 
@@ -163,12 +176,9 @@ class Linear(nn.Linear):
         oneDNN, which cannot, copied there) and returned."""
         if out is None:
             return linear(x, self.weight, self.bias, features)
-        weight, bias = self.weight, self.bias
-        if features is not None:
-            weight, bias = weight[features], None if bias is None else bias[features]
         if (x.dim() == 2 and out.dtype == x.dtype
-                and (not on_onednn(weight) or torch.compiler.is_compiling())):
-            return linear_into(x, weight, bias, out)
+                and (not on_onednn(self.weight, features) or torch.compiler.is_compiling())):
+            return linear_into(x, *_rows(self.weight, self.bias, features), out)
         return out.copy_(linear(x, self.weight, self.bias, features))
 
 
