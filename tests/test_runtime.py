@@ -43,3 +43,49 @@ def test_the_command_tunes_the_process_before_its_first_tensor():
             "x = torch.ones(64 << 20)\n"
             "print(os.environ['THP_MEM_ALLOC_ENABLE'])")
     assert _in_a_fresh_process(code).splitlines()[-1] == "1"
+
+
+def test_a_passing_thread_gives_back_its_result_and_its_error():
+    import threading
+
+    from transduce.errors import UserError
+    from transduce.runtime import in_passing_thread
+
+    caller = threading.current_thread()
+    worker = in_passing_thread(threading.current_thread)
+    assert worker is not caller and not worker.is_alive()
+    assert in_passing_thread(lambda a, *, b: a + b, 2, b=3) == 5
+
+    def fail():
+        raise UserError("--model runs/x: no checkpoint")
+    with pytest.raises(UserError, match="no checkpoint"):
+        in_passing_thread(fail)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_pytorchs_cpu_threads_end_with_the_passing_thread():
+    """The OpenMP team a parallel operation starts lives as long as the thread that called it:
+    a passing thread's goes with it, the main thread's stays (what slowed a server's search
+    thread: transduce.runtime.in_passing_thread). Its threads leave soon after it, not with it:
+    the count is awaited."""
+    code = """
+import os, time, torch
+from transduce.runtime import in_passing_thread
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+torch.set_num_threads(2)
+x = torch.randn(4_000_000)
+before = threads()
+in_passing_thread(lambda: torch.exp(x))
+end = time.monotonic() + 10
+while threads() > before and time.monotonic() < end:
+    time.sleep(0.01)
+passed = threads()
+torch.exp(x)
+print(before, passed, threads())
+"""
+    before, passed, after_main = map(int, _in_a_fresh_process(code).split())
+    assert passed == before
+    assert after_main > before  # the main thread's team: what the count would show

@@ -1,5 +1,5 @@
-"""Process-wide memory settings that make CPU work faster, and what the hardware computes
-natively.
+"""Process-wide memory settings that make CPU work faster, the thread that loads a server's
+models (`in_passing_thread`), and what the hardware computes natively.
 
 Training and decoding allocate and free the same large tensors (logits, activations, key/value
 buffers) every step. Left to their defaults, the kernel takes that memory back when it is freed
@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import threading
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -59,6 +60,33 @@ def keep_freed_memory() -> bool:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
                 and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
+
+def in_passing_thread(work, /, *args, **kwargs):
+    """`work(*args, **kwargs)` on a thread of its own that ends with it (its result returned,
+    its exception raised here): for PyTorch work before a long-lived thread takes over all of
+    it (a server's loading and warming before its search thread). PyTorch's CPU operations run
+    on the OpenMP threads of the thread that calls them, and GNU OpenMP keeps a thread's team for
+    as long as that thread lives; once two threads' teams together hold more threads than there
+    are CPUs, every team's idle threads stop spinning and sleep at once, and each parallel
+    operation then waits for them to wake. A server that loaded its model on the main thread
+    and searched on another ran its search 1.5-2x slower with two threads than the same search
+    on the main thread (benchmarks/serve.md, "One thread with PyTorch's CPU threads").
+    A passing thread's team ends with it."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = work(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="transduce-load", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def native_bf16(device) -> bool:

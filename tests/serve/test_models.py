@@ -1,4 +1,6 @@
+import asyncio
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -6,7 +8,8 @@ from fastapi.testclient import TestClient
 
 from transduce.cli import build_parser, main
 from transduce.errors import UserError
-from transduce.serve import ModelSpec, create_app
+from transduce.serve import ModelSpec, ServedModel, create_app
+from transduce.serve.service import Service
 from transduce.serve.settings import ServeSettings, read_api_keys
 
 
@@ -125,8 +128,8 @@ def test_settings_reach_the_workers_whole(tmp_path):
 
 
 @pytest.mark.parametrize("cpus, workers, threads, expected", [
-    (8, 1, 0, 7),  # one worker: a CPU left to HTTP and the event loop
-    (2, 1, 0, 1), (1, 1, 0, 1), (8, 2, 0, 4), (2, 4, 0, 1), (8, 1, 3, 3), (8, 2, 8, 8)])
+    (8, 1, 0, 8), (2, 1, 0, 2), (1, 1, 0, 1), (8, 2, 0, 4), (2, 4, 0, 1), (8, 1, 3, 3),
+    (8, 2, 8, 8)])
 def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
     monkeypatch.setattr("os.cpu_count", lambda: cpus)
     assert ServeSettings(workers=workers, threads=threads).threads_per_worker() == expected
@@ -173,3 +176,48 @@ def test_a_compiled_model_is_warm_before_it_is_served(run_dir):
         served.translator.translate([" ".join(rng.choices(words, k=rng.randint(1, 30)))
                                      for _ in range(rng.randint(1, 32))])
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_models_load_on_a_thread_that_ends_with_the_loading(run_dir, monkeypatch):
+    """A server's search thread is then its only thread with PyTorch's CPU threads (see
+    transduce.runtime.in_passing_thread); a loading error still reaches the caller."""
+    from transduce.serve import models
+
+    loaders, load = [], models.engines.load
+
+    def recorded(*args, **kwargs):
+        loaders.append(threading.current_thread())
+        return load(*args, **kwargs)
+    monkeypatch.setattr(models.engines, "load", recorded)
+    [served] = models.load_models([ModelSpec(run_dir)])
+    assert served.translator.translate(["seven"])
+    [loader] = loaders
+    assert loader is not threading.current_thread() and not loader.is_alive()
+    with pytest.raises(UserError, match="missing"):
+        models.load_models([ModelSpec(run_dir.parent / "missing")])
+
+
+def test_every_model_of_a_server_searches_on_one_thread(translator, monkeypatch):
+    """Two pairs, two batchers: their searches on the same thread, not the caller's."""
+    expected = translator.translate(["seven"])
+    searching, translate = set(), translator.translate_detailed
+
+    def recorded(*args, **kwargs):
+        searching.add(threading.current_thread())
+        return translate(*args, **kwargs)
+    monkeypatch.setattr(translator, "translate_detailed", recorded)
+    service = Service([ServedModel("en", "de", translator), ServedModel("en", "fr", translator)],
+                      ServeSettings(compile=False))
+
+    async def main():
+        service.start()
+        try:
+            return await asyncio.gather(*(
+                service.translate(service.model("en", target), ["seven"],
+                                  service.search(service.model("en", target)))
+                for target in ("de", "fr")))
+        finally:
+            await service.stop()
+    assert [[t.text for t in found] for found in asyncio.run(main())] == [expected] * 2
+    [thread] = searching
+    assert thread is not threading.current_thread()

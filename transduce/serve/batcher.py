@@ -55,13 +55,17 @@ class Batcher:
 
     def __init__(self, translator: Translator, *, max_tokens: int = 4096, wait: float = 0.005,
                  batching: bool = True,
-                 on_batch: Callable[[int, int, float, list], None] | None = None) -> None:
+                 on_batch: Callable[[int, int, float, list], None] | None = None,
+                 thread: ThreadPoolExecutor | None = None) -> None:
         self.translator = translator
         self.max_tokens = max_tokens
         self.wait = wait
         self.batching = batching
         self.on_batch = on_batch
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="transduce-search")
+        # the thread searching: one for every model of a server (`thread`, its owner's), else
+        # the batcher's own
+        self._owned = thread is None
+        self._executor = thread or search_thread()
         self._queue: asyncio.Queue[_Job | None] | None = None
         self._worker: asyncio.Task | None = None
 
@@ -74,7 +78,8 @@ class Batcher:
             await self._queue.put(None)  # after every job already queued
             await self._worker
             self._worker = None
-        self._executor.shutdown(wait=True)
+        if self._owned:
+            self._executor.shutdown(wait=True)
 
     def tokens(self, sentence: str) -> int:
         """A sentence's source tokens, <eos> included, as the model will see them."""
@@ -188,6 +193,13 @@ class Batcher:
         return self.translator.translate_detailed(
             sentences, nbest=search.nbest, attention=search.attention, scores=search.scores,
             on_translation=answered, prefixes=prefixes, terms=terms, **decode)
+
+
+def search_thread() -> ThreadPoolExecutor:
+    """A thread for searches: a server's models share one (`Service`), since PyTorch's CPU
+    threads are fastest when a single thread of the process calls them
+    (`transduce.runtime.in_passing_thread`), and the searches take the CPUs in turn anyway."""
+    return ThreadPoolExecutor(1, thread_name_prefix="transduce-search")
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

@@ -13,6 +13,7 @@ from transduce.engines import engine as engines
 from transduce.errors import UserError
 from transduce.runs.checkpoint import model_checkpoint
 from transduce.runs.load import read_config
+from transduce.runtime import in_passing_thread
 
 log = logging.getLogger("transduce.serve")
 
@@ -83,7 +84,15 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 engine: str = "transduce") -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
-    all its pairs."""
+    all its pairs. Loaded and warmed on a thread that ends once they are
+    (`transduce.runtime.in_passing_thread`), so that the server's search thread is the only
+    one left with PyTorch's CPU threads."""
+    return in_passing_thread(_load_models, specs, device=device, dtype=dtype, compile=compile,
+                             engine=engine)
+
+
+def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bool,
+                 engine: str) -> list[ServedModel]:
     models, loaded = [], {}
     for pair, (spec, tgt_lang) in check_specs(specs).items():
         if spec in loaded:  # another pair of a multilingual run: its model, another language

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
 from transduce.errors import UserError
-from transduce.serve.batcher import Batcher, Search
+from transduce.serve.batcher import Batcher, Search, search_thread
 from transduce.serve.continuous import ContinuousBatcher
 from transduce.serve.files import FileStore
 from transduce.serve.guard import RateLimiter
@@ -43,6 +43,7 @@ class Service:
         for model in models:  # the searches its engine cannot make: refused before serving
             model.translator.check_search(self.search(model).decode)
         self.metrics = Metrics()
+        self.search_thread = search_thread()  # every batcher's searches (not continuous ones)
         self.batchers = {pair: self._batcher(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.files: FileStore | None = None  # made by start()
@@ -59,7 +60,7 @@ class Service:
                                      on_step=self._counter(model, continuous=True))
         return Batcher(model.translator, max_tokens=settings.max_batch_tokens,
                        wait=settings.batch_wait_ms / 1000, batching=settings.batching,
-                       on_batch=self._counter(model))
+                       on_batch=self._counter(model), thread=self.search_thread)
 
     def _counter(self, model: ServedModel, continuous: bool = False):
         def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
@@ -76,6 +77,7 @@ class Service:
 
     async def stop(self) -> None:
         await asyncio.gather(*(b.stop() for b in self.batchers.values()))
+        self.search_thread.shutdown(wait=True)
         self._refresh.cancel()
         self.metrics.leave()
         self.files.close()

@@ -68,8 +68,7 @@ class ServeSettings:
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
         "more workers with fewer threads each keep more cores busy")
     threads: int = setting(0,
-        "CPU threads per worker (0: the CPUs shared among the workers; with one worker all CPUs "
-        "but one, which is left to HTTP and the event loop)")
+        "CPU threads per worker (0: the CPUs shared among the workers)")
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
     compile: bool | None = setting(None,
@@ -167,14 +166,14 @@ class ServeSettings:
                 and pays(resolve_device(self.device), self.dtype))
 
     def threads_per_worker(self) -> int:
-        """--threads; else with several workers the CPUs shared among them; with one, all CPUs
-        but one: the search's threads then never wait for a CPU that the event loop holds
-        (on 2 CPUs, one thread serves twice the requests of PyTorch's default two, at 1 client
-        and at 32: benchmarks/serve.md)."""
+        """--threads; else the CPUs shared among the workers (one worker: all of them). Its
+        search thread is a worker's only one with PyTorch's CPU threads
+        (`transduce.runtime.in_passing_thread`), which lets it use them all: on 2 CPUs one
+        worker's two threads answer 1.2x the requests of one thread, at 1 client and at 32
+        (benchmarks/serve.md)."""
         if self.threads:
             return self.threads
-        cpus = os.cpu_count() or 1
-        return max(1, cpus - 1) if self.workers == 1 else max(1, cpus // self.workers)
+        return max(1, (os.cpu_count() or 1) // self.workers)
 
 
 def read_api_keys(path: Path) -> frozenset[str]:
