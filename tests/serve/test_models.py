@@ -128,8 +128,8 @@ def test_settings_reach_the_workers_whole(tmp_path):
 
 
 @pytest.mark.parametrize("cpus, workers, threads, expected", [
-    (8, 1, 0, 8), (2, 1, 0, 2), (1, 1, 0, 1), (8, 2, 0, 4), (2, 4, 0, 1), (8, 1, 3, 3),
-    (8, 2, 8, 8)])
+    (8, 1, 0, 7),  # one worker: a CPU left to HTTP and the machine's other work
+    (2, 1, 0, 1), (1, 1, 0, 1), (8, 2, 0, 4), (2, 4, 0, 1), (8, 1, 3, 3), (8, 2, 8, 8)])
 def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
     monkeypatch.setattr("os.cpu_count", lambda: cpus)
     assert ServeSettings(workers=workers, threads=threads).threads_per_worker() == expected

@@ -68,7 +68,8 @@ class ServeSettings:
         "server processes, each with its own copy of the models and its own batches; on a CPU, "
         "more workers with fewer threads each keep more cores busy")
     threads: int = setting(0,
-        "CPU threads per worker (0: the CPUs shared among the workers)")
+        "CPU threads per worker (0: the CPUs shared among the workers; with one worker all CPUs "
+        "but one, which is left to HTTP, the event loop and the machine's other work)")
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
     compile: bool | None = setting(None,
@@ -166,14 +167,18 @@ class ServeSettings:
                 and pays(resolve_device(self.device), self.dtype))
 
     def threads_per_worker(self) -> int:
-        """--threads; else the CPUs shared among the workers (one worker: all of them). Its
-        search thread is a worker's only one with PyTorch's CPU threads
-        (`transduce.runtime.in_passing_thread`), which lets it use them all: on 2 CPUs one
-        worker's two threads answer 1.2x the requests of one thread, at 1 client and at 32
-        (benchmarks/serve.md)."""
+        """--threads; else with several workers the CPUs shared among them; with one, all CPUs
+        but one. Its search thread is a worker's only thread with PyTorch's CPU threads
+        (`transduce.runtime.in_passing_thread`), so all of them pay on a machine of the
+        server's own (on 2 CPUs `--threads 2` answered 1.25x the requests of one thread at 32
+        clients), but OpenMP's threads wait for each other at every operation, and when
+        another busy process takes a CPU from one of them the search stalls (a request's median
+        latency 282 ms with two threads against 118 with one, beside a process multiplying
+        matrices on both CPUs: benchmarks/serve.md). One CPU left is the safe default."""
         if self.threads:
             return self.threads
-        return max(1, (os.cpu_count() or 1) // self.workers)
+        cpus = os.cpu_count() or 1
+        return max(1, cpus - 1) if self.workers == 1 else max(1, cpus // self.workers)
 
 
 def read_api_keys(path: Path) -> frozenset[str]:
