@@ -81,6 +81,8 @@ def in_passing_thread(work, /, *args, **kwargs):
         except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
             outcome["error"] = error
 
+    # a daemon thread, not an executor's: Ctrl-C while it loads ends the process at once, where
+    # an executor's thread is waited for at exit
     thread = threading.Thread(target=run, name="transduce-load", daemon=True)
     thread.start()
     thread.join()
