@@ -20,7 +20,9 @@ an output where there is one), so the same work counts the same (until 2026-11-2
 <eos> was added to theirs: 18 for 17 steps, 6% in their favour).
 
 Every engine runs in its own process (peak memory is per process), 2 threads, batches of 64
-sentences sorted by length. CTranslate2 runs twice: with its default matrix products (MKL on an
+sentences sorted by length; `--searches N`: N batches at a time, each on threads/N threads (ours
+on threads of their own as `translate --searches N` searches, CTranslate2's its inter_threads;
+generate() one at a time). CTranslate2 runs twice: with its default matrix products (MKL on an
 Intel CPU) and with oneDNN's (CT2_USE_MKL=0), since which is faster depends on the machine.
 `--device cuda` runs every engine on the GPU instead (there the -onednn engines are the plain
 ones, int8 is CTranslate2's alone, and the exports each engine needs are the only ones made:
@@ -28,6 +30,7 @@ a GPU machine may have no CTranslate2). Peak memory is the process's on the host
 
     python benchmarks/decode_speed.py                       # both parts
     python benchmarks/decode_speed.py --part 2 --shapes tiny
+    python benchmarks/decode_speed.py --part 1 --searches 2 --engines transduce-compiled ct2-fp32
     python benchmarks/decode_speed.py --part 2 --shapes opus-mt --engines transduce hf ct2-fp32
     python benchmarks/decode_speed.py --device cuda --engines transduce transduce-compiled hf
 """
@@ -84,6 +87,20 @@ class _Pieces:
         return [self.all[i] for i in ids]
 
 
+def _for_batches(sources: list, searches: int, search) -> None:
+    """search(batch) for every batch of 64 sorted sentences, `searches` at once on threads of
+    their own with a share of the threads each (transduce.decoding.parallel), as `Translator`
+    searches them with `searches=N`."""
+    batches = list(_batches(sources, 64))
+    if searches == 1:
+        for batch in batches:
+            search(batch)
+        return
+    from transduce.decoding.parallel import at_once
+    for _ in at_once(lambda batch, tell: search(batch), batches, searches):
+        pass
+
+
 def child(args) -> None:
     """Translate the token-id lists of args.inputs with one engine; print a JSON result."""
     import torch
@@ -117,16 +134,19 @@ def child(args) -> None:
         translator = CTranslate2Translator(
             model, argparse.Namespace(src=pieces, tgt=pieces),
             engine=ctranslate2.Translator(
-                str(model_dir / "ct2-fp32"), device=device, intra_threads=threads,
-                inter_threads=1, compute_type="int8" if args.engine.endswith("int8")
-                else "float32"))
+                str(model_dir / "ct2-fp32"), device=device,
+                intra_threads=max(1, threads // args.searches), inter_threads=args.searches,
+                compute_type="int8" if args.engine.endswith("int8") else "float32"))
         decode = DecodeConfig(beam_size=k, length_penalty=alpha, length_normalization="power",
                               max_len_a=0, max_len_b=max_len, min_len=min_len)
-        start = time.perf_counter()
-        for batch in _batches(sources, 64):
+
+        def search(batch) -> None:
             found = translator.search_batch([sources[i] for i in batch], decode)
             for i, hyps in zip(batch, found, strict=True):
                 outputs[i] = list(hyps[0].tokens)
+
+        start = time.perf_counter()
+        _for_batches(sources, args.searches, search)
     elif args.engine.startswith("transduce"):
         from transduce import runtime
         runtime.tune()  # as the transduce command does, before the first tensor
@@ -150,21 +170,23 @@ def child(args) -> None:
             from transduce.decoding.compiled import Compiled
             model = Compiled(model)
 
+        def search(batch) -> None:
+            width = max(len(sources[i]) for i in batch)
+            src = torch.tensor([sources[i] + [pad] * (width - len(sources[i]))
+                                for i in batch], device=device)
+            decode = DecodeConfig(beam_size=k, length_penalty=alpha,
+                                  length_normalization="power", stopping=stopping,
+                                  max_len_a=0, max_len_b=max_len, min_len=min_len)
+            if k == 1:
+                result = greedy_search(model, src, decode, use_cache=use_cache)
+            else:
+                result = [list(h[0].tokens) for h in beam_search(
+                    model, src, decode, use_cache=use_cache)]
+            for i, out in zip(batch, result, strict=True):
+                outputs[i] = out
+
         def translate_all() -> None:
-            for batch in _batches(sources, 64):
-                width = max(len(sources[i]) for i in batch)
-                src = torch.tensor([sources[i] + [pad] * (width - len(sources[i]))
-                                    for i in batch], device=device)
-                decode = DecodeConfig(beam_size=k, length_penalty=alpha,
-                                      length_normalization="power", stopping=stopping,
-                                      max_len_a=0, max_len_b=max_len, min_len=min_len)
-                if k == 1:
-                    result = greedy_search(model, src, decode, use_cache=use_cache)
-                else:
-                    result = [list(h[0].tokens) for h in beam_search(
-                        model, src, decode, use_cache=use_cache)]
-                for i, out in zip(batch, result, strict=True):
-                    outputs[i] = out
+            _for_batches(sources, args.searches, search)
 
         if args.engine == "transduce-compiled":  # compiling: a pass of its own, not timed
             start = time.perf_counter()
@@ -198,18 +220,22 @@ def child(args) -> None:
         import ctranslate2
         quantization = args.engine.split("-")[1]
         translator = ctranslate2.Translator(str(model_dir / f"ct2-{quantization}"),
-                                            device=device, intra_threads=args.threads,
-                                            inter_threads=1)
+                                            device=device,
+                                            intra_threads=max(1, args.threads // args.searches),
+                                            inter_threads=args.searches)
         pieces = json.loads((model_dir / "pieces.json").read_text())
         index = {p: i for i, p in enumerate(pieces)}
         start = time.perf_counter()
-        for batch in _batches(sources, 64):
-            results = translator.translate_batch(
-                [[pieces[t] for t in sources[i]] for i in batch], beam_size=k,
-                max_decoding_length=max_len + 1, min_decoding_length=min_len + 1
-                if forced else 1, length_penalty=alpha, max_batch_size=64)
+        # every batch handed over at once (asynchronous): CTranslate2 searches `inter_threads`
+        # of them at a time, one a replica of the model
+        pending = [(batch, translator.translate_batch(
+            [[pieces[t] for t in sources[i]] for i in batch], beam_size=k,
+            max_decoding_length=max_len + 1, min_decoding_length=min_len + 1
+            if forced else 1, length_penalty=alpha, max_batch_size=64, asynchronous=True))
+            for batch in _batches(sources, 64)]
+        for batch, results in pending:
             for i, r in zip(batch, results, strict=True):
-                outputs[i] = [index[p] for p in r.hypotheses[0]]
+                outputs[i] = [index[p] for p in r.result().hypotheses[0]]
     seconds = time.perf_counter() - start
     peak = _peak_mib()
     # target tokens are decoder steps: each output's tokens and the <eos> ending it. Outputs are
@@ -258,7 +284,7 @@ def opus_mt(tmp: Path):
 
 
 def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
-                alpha: float, engines, threads: int, device: str = "cpu",
+                alpha: float, engines, threads: int, searches: int = 1, device: str = "cpu",
                 hf_dir: Path | None = None) -> dict:
     """`sources` end with the model's <eos>; `hf_dir`: the model generate() runs, if not our
     export of it."""
@@ -275,7 +301,8 @@ def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_
         if beam == 1 and engine in EXHAUSTIVE:
             continue
         done = subprocess.run([sys.executable, __file__, "--child", engine, "--spec", str(spec),
-                               "--threads", str(threads)], capture_output=True, text=True)
+                               "--threads", str(threads), "--searches", str(searches)],
+                              capture_output=True, text=True)
         if done.returncode:
             print(f"  {engine} failed: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
             continue
@@ -308,6 +335,10 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["tiny", "base"])
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--searches", type=int, default=1,
+                        help="batches searched at once, each on threads/N threads: ours on "
+                             "threads of their own (`--searches`), CTranslate2's its "
+                             "inter_threads (generate() one at a time)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda: where every engine runs")
     parser.add_argument("--max-len", type=int, default=64, help="part 1: output tokens at most")
     parser.add_argument("--alpha", type=float, default=0.6)
@@ -327,7 +358,8 @@ def main() -> None:
     tokenizers = translator.tokenizers
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     sources = [tokenizers.src.encode(line) + [3] for line in lines]
-    where = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{args.threads} threads"
+    where = torch.cuda.get_device_name(0) if args.device == "cuda" else (
+        f"{args.threads} threads, {args.searches} search{'es' * (args.searches > 1)} at once")
     print(f"torch {torch.__version__}, {where}; sources: {args.src} "
           f"({len(sources)} sentences)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -336,7 +368,7 @@ def main() -> None:
             results = {f"beam {k}" if k > 1 else "greedy": run_engines(
                 Path(tmp) / "trained", sources, beam=k, forced=False, max_len=args.max_len,
                 alpha=args.alpha, engines=args.engines, threads=args.threads,
-                device=args.device) for k in (1, 5)}
+                searches=args.searches, device=args.device) for k in (1, 5)}
             table(f"Part 1: trained model {args.model} ({translator.model.num_parameters():,} "
                   f"parameters), max {args.max_len} tokens, length penalty |y|^{args.alpha}",
                   results, len(sources))
@@ -362,7 +394,8 @@ def main() -> None:
                     Path(tmp) / shape, subset, beam=k, forced=True, max_len=16,
                     alpha=1.0, engines=[e for e in args.engines if e not in EXHAUSTIVE
                                         and (shape == "tiny" or e != "transduce-nocache")],
-                    threads=args.threads, device=args.device, hf_dir=hf_dir) for k in (1, 5)}
+                    threads=args.threads, searches=args.searches, device=args.device,
+                    hf_dir=hf_dir) for k in (1, 5)}
                 table(f"Part 2: `{shape}` shape, random weights, every output 16 tokens, "
                       f"{len(subset)} sentences", results, len(subset), compare=False)
 

@@ -38,6 +38,7 @@ COMMON = {
     "--dtype": (["--dtype", "int8"], None),
     "--compile": (["--compile"], None),
     "--engine": (["--engine", "ctranslate2", "--length-normalization", "power"], None),
+    "--searches": (["--searches", "2", "--max-tokens", "3"], ("max_tokens", 3)),
 }
 TRANSLATE = {
     **COMMON, **SEARCH,

@@ -43,6 +43,11 @@ def add_model_and_search_options(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     add_decode_options(parser)
     add_device_options(parser)
+    parser.add_argument("--searches", type=at_least(0), default=0, metavar="N",
+                        help="on a CPU, batches searched at once, each on a thread of its own "
+                             "with an equal share of the CPU threads (CTranslate2's "
+                             "inter_threads): more sentences a second, each batch slower; 1: "
+                             "one batch at a time on all of them (default: 0, one a CPU thread)")
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -193,7 +198,7 @@ def load_translator(args: argparse.Namespace) -> Translator:
     checkpoints = [named_checkpoint(d, args.checkpoint) for d in dirs] if args.checkpoint else None
     return engine.load(dirs, engine=getattr(args, "engine", "transduce"), device=args.device,
                        dtype=args.dtype, checkpoint=checkpoints, compile=bool(args.compile),
-                       tgt_lang=args.tgt_lang)
+                       tgt_lang=args.tgt_lang, searches=getattr(args, "searches", 1))
 
 
 def compiled_where_it_pays(translator: Translator, args: argparse.Namespace,

@@ -125,3 +125,11 @@ def test_the_command_line_engine(run_dir, tmp_path, capsys):  # noqa: F811
                      str(source), "-o", str(out), *options]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_searches_at_once_are_its_inter_threads(run_dir, both):  # noqa: F811
+    ours, theirs = both
+    at_once = engine.load(run_dir, engine="ctranslate2", searches=2)
+    assert at_once.engine.num_translators == 2 and theirs.engine.num_translators == 1
+    assert at_once.translate(SENTENCES, beam_size=2, max_tokens=4, **POWER) == \
+        theirs.translate(SENTENCES, beam_size=2, max_tokens=4, **POWER)

@@ -23,9 +23,10 @@ throughout (sampling, forced prefixes) compile theirs at the second. Greedy
 search takes its tokens `greedy_block` at a time from one graph (`CompiledSteps.greedy`: the
 steps unrolled, each argmax fed to the next inside the graph), so the Python around a step
 comes once for several; its rows leave the batch once a block. The
-buffers are the `Compiled` model's, kept from search to search (a `StaticStorage`): allocating
-and zeroing a batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200
-tokens). So one search at a time runs a `Compiled` model.
+buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s: one for each
+search in flight, taken when its steps are made and given back when they are dropped, so that
+searches at once, transduce.decoding.parallel, each have their own): allocating and zeroing a
+batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
 Inductor's C++ wrapper calls the kernels, not Python.
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step costs
@@ -40,6 +41,8 @@ are identical.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +60,7 @@ class Compiled(nn.Module):
         super().__init__()
         self.model = model
         self.config = model.config
-        self.storage = StaticStorage()  # the static caches' buffers, from search to search
+        self._free: list[StaticStorage] = []  # static caches' buffers no search holds now
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         return self.model.encode(src, src_mask)
@@ -66,7 +69,13 @@ class Compiled(nn.Module):
         """The compiled steps; without the cache, the model's own eager ones (for checking)."""
         if not use_cache:
             return self.model.steps(src, use_cache=False)
-        return CompiledSteps(self.model, src, self.storage)
+        try:
+            storage = self._free.pop()  # atomic: searches on other threads pop and append too
+        except IndexError:
+            storage = StaticStorage()
+        steps = CompiledSteps(self.model, src, storage)
+        weakref.finalize(steps, self._free.append, storage)  # back when the search drops them
+        return steps
 
     def decode_with_attention(self, *args, **kwargs) -> tuple[Tensor, Tensor]:
         return self.model.decode_with_attention(*args, **kwargs)

@@ -21,6 +21,7 @@ from transduce.decoding.compiled import Compiled
 from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
 from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.glossary import Glossary
+from transduce.decoding.parallel import at_once, check_searches
 from transduce.decoding.scoring import PairScore, score
 from transduce.decoding.search import search
 from transduce.decoding.searchable import Searchable
@@ -53,18 +54,19 @@ class Translator:
 
     def __init__(self, model: Searchable, tokenizers: Tokenizers,
                  decode: DecodeConfig | None = None, *, prefix: str = "",
-                 data: DataConfig | None = None) -> None:
+                 data: DataConfig | None = None, searches: int = 1) -> None:
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
         self.prefix = prefix  # before every source: a multilingual model's <2de>
         self.data = data  # the run's data section: its target languages
+        self.searches = searches  # batches searched at once (transduce.decoding.parallel)
 
     @classmethod
     def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
              checkpoint: str | Path | Sequence[str | Path] | None = None,
              dtype: str = "float32", compile: bool = False,
-             tgt_lang: str | None = None) -> Translator:
+             tgt_lang: str | None = None, searches: int = 1) -> Translator:
         """The model of a run directory: its averaged checkpoint if any, else its best.
 
         tgt_lang: the language to translate into, for a model of several (trained with
@@ -85,6 +87,10 @@ class Translator:
 
         compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`): the
         same translations with less overhead per step; the first searches compile (tens of seconds).
+
+        searches: on a CPU, how many batches `translate` searches at once, each on a thread of its
+        own with an equal share of PyTorch's CPU threads (`transduce.decoding.parallel`; 0: one a
+        thread): more sentences a second over a file on a small model, each batch slower.
         """
         runtime.tune()
         if dtype not in DTYPES:
@@ -103,6 +109,7 @@ class Translator:
         if len(checkpoints) != len(dirs):
             raise UserError(f"{len(checkpoints)} checkpoints for {len(dirs)} model directories")
         device = resolve_device(str(device), setting="device")
+        searches = check_searches(searches, device)
         if dtype == "int8" and device.type != "cpu":
             raise UserError(f"dtype int8 runs on the CPU, not {device.type}: use float16 or "
                             "bfloat16 there")
@@ -122,7 +129,8 @@ class Translator:
         model = model.to(device=device, dtype=torch.float32 if dtype == "int8" else
                          getattr(torch, dtype))
         data = runs[0].config.data
-        return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data)
+        return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data,
+                   searches=searches)
 
     def into(self, tgt_lang: str | None) -> Translator:
         """This translator, translating into `tgt_lang` (a multilingual model's languages);
@@ -177,8 +185,11 @@ class Translator:
         `terms` (one list per sentence) too (lexically constrained beam search, even with a beam
         of 1: transduce.decoding.constraints). `on_translation(i,
         translation)` is told of each sentence's as soon as it is known (before the rest of its
-        batch, whose search goes on). `scores`: each best translation's tokens'
-        log-probabilities (`Translation.scores`, its confidence), teacher-forced.
+        batch, whose search goes on), on the calling thread even where `self.searches` batches
+        are searched at once on threads of their own (`transduce.decoding.parallel`; sampling
+        with a seed searches one at a time: its draws come from one generator, in batch order).
+        `scores`: each best translation's tokens' log-probabilities (`Translation.scores`, its
+        confidence), teacher-forced.
         """
         decode = self.decode_config(**decode)
         drawing = sampling is not None
@@ -196,29 +207,46 @@ class Translator:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         results: list[Translation | None] = [None] * len(sentences)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
-        def done(i: int, hyps: list[Hypothesis]) -> None:
-            results[i] = self.result(sentences[i], sources[i], hyps, attention,
-                                     decode if scores else None)
-            if on_translation is not None:
-                on_translation(i, results[i])
-
-        for i in sorted(set(range(len(sentences))) - set(todo)):
-            results[i] = Translation(sentences[i], [("", 0.0)])
-            if on_translation is not None:
-                on_translation(i, results[i])
+        searched = set(todo)
         bar = tqdm(total=len(todo), unit="sent", disable=not progress)
-        for batch in self._batches(todo, sources, decode.max_tokens):
+
+        def told(i: int) -> None:  # on the caller's thread
+            if on_translation is not None:
+                on_translation(i, results[i])
+            if i in searched:
+                bar.update(1)
+
+        def search(batch: list[int], tell: Callable[[int], None]) -> None:
+            def finish(i: int, hyps: list[Hypothesis]) -> None:
+                results[i] = self.result(sentences[i], sources[i], hyps, attention,
+                                         decode if scores else None)
+                tell(i)
+
             outputs = self.search_batch(
                 [sources[i] for i in batch], decode, nbest=nbest, sampling=sampling,
                 generator=generator, prefixes=[forced[i] for i in batch] if forced else None,
                 constraints=[constraints[i] for i in batch] if constraints else None,
-                on_done=(lambda j, hyps, batch=batch: done(batch[j], hyps))
-                if on_translation is not None else None)
+                on_done=(lambda j, hyps: finish(batch[j], hyps)) if on_translation is not None
+                else None)
             for i, hyps in zip(batch, outputs, strict=True):
                 if results[i] is None:  # not told of already
-                    done(i, hyps)
-            bar.update(len(batch))
-        bar.close()
+                    finish(i, hyps)
+
+        for i in sorted(set(range(len(sentences))) - searched):
+            results[i] = Translation(sentences[i], [("", 0.0)])
+            told(i)
+        batches = list(self._batches(todo, sources, decode.max_tokens))
+        # a seed's draws come from one generator in batch order: one search at a time
+        searches = 1 if generator is not None else min(self.searches, len(batches))
+        try:
+            if searches > 1:
+                for i in at_once(search, batches, searches):
+                    told(i)
+            else:
+                for batch in batches:
+                    search(batch, told)
+        finally:
+            bar.close()
         return results
 
     def check_search(self, decode: DecodeConfig, sampling: Sampling | None = None) -> None:

@@ -30,6 +30,7 @@ import torch
 from transduce import runtime
 from transduce.decoding.beam import Hypothesis, length_penalty
 from transduce.decoding.config import DTYPES, DecodeConfig, Sampling
+from transduce.decoding.parallel import check_searches
 from transduce.decoding.steps import max_output_lengths
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
@@ -52,8 +53,8 @@ class CTranslate2Translator(Translator):
     """A Translator whose searches are CTranslate2's."""
 
     def __init__(self, model, tokenizers, decode=None, *, prefix: str = "", data=None,
-                 engine=None) -> None:
-        super().__init__(model, tokenizers, decode, prefix=prefix, data=data)
+                 searches: int = 1, engine=None) -> None:
+        super().__init__(model, tokenizers, decode, prefix=prefix, data=data, searches=searches)
         self.engine = engine  # a ctranslate2.Translator
         self._src_pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
         self._tgt_pieces = tokenizers.tgt.pieces(range(tokenizers.tgt.vocab_size))
@@ -63,9 +64,10 @@ class CTranslate2Translator(Translator):
     def load(cls, model_dir: str | Path | Sequence[str | Path], *, device: str = "auto",
              checkpoint: str | Path | Sequence[str | Path] | None = None,
              dtype: str = "float32", compile: bool = False,
-             tgt_lang: str | None = None) -> CTranslate2Translator:
+             tgt_lang: str | None = None, searches: int = 1) -> CTranslate2Translator:
         """As `Translator.load`, the run's model searched by CTranslate2 (on `device`, in
-        `dtype`: its compute type)."""
+        `dtype`: its compute type; `searches` at once: its `inter_threads`, each with an equal
+        share of the CPU threads, its `intra_threads`)."""
         runtime.tune()
         if not isinstance(model_dir, str | Path):
             if len(model_dir) != 1:
@@ -85,6 +87,7 @@ class CTranslate2Translator(Translator):
                             "install 'transduce[export]'") from None
         place = resolve_device(str(device), setting="device")
         kind = "cuda" if place.type == "cuda" else "cpu"
+        searches = check_searches(searches, place)
         threads = leave_cpu_to_ctranslate2() if kind == "cpu" else 0
         compute = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                    "int8": "int8" if kind == "cpu" else "int8_float16"}[dtype]
@@ -96,10 +99,11 @@ class CTranslate2Translator(Translator):
         exported = export_once(run.model, run.tokenizers, run.weights)
         engine = ctranslate2.Translator(
             str(exported), device=kind, device_index=place.index or 0, compute_type=compute,
-            intra_threads=threads, inter_threads=1)
+            intra_threads=threads and max(1, threads // searches), inter_threads=searches)
         data = run.config.data
         return cls(run.model.to(place), run.tokenizers, run.config.decode,
-                   prefix=data.language_prefix(tgt_lang), data=data, engine=engine)
+                   prefix=data.language_prefix(tgt_lang), data=data, searches=searches,
+                   engine=engine)
 
     def check_search(self, decode: DecodeConfig, sampling: Sampling | None = None) -> None:
         check_settings(decode, sampling, None)
