@@ -136,12 +136,13 @@ def _(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop: int) -> 
 
 
 def row_bucket(rows: int) -> int:
-    """oneDNN builds a kernel for each input shape it meets (JIT compilation, milliseconds) and
+    """oneDNN builds a kernel for each input shape it meets (JIT compilation, 1-2 ms) and
     keeps it (up to 1,024 of them); a search meets every row count from the batch
-    down to 1 as sentences finish. Rows are padded to a multiple of this (16, or an eighth to a
-    sixteenth of their number), so that few shapes occur (40 for 1 to 2,048 rows), for at most
-    15 rows or 1/8 more work."""
-    return max(16, 1 << max(0, rows.bit_length() - 4))
+    down to 1 as sentences finish. Rows are padded to a multiple of this (1 below 16 rows, else
+    an eighth to a sixteenth of their number), so that few shapes occur (72 for 1 to 2,048
+    rows), for at most 1/8 more work: a product's time grows with its rows (an output layer of
+    8,000 x 128: 189 us for 17 rows, 345 for 32, as a minimum of 16 padded them; docs/speed.md)."""
+    return max(1, 1 << max(0, rows.bit_length() - 4))
 
 
 BLOCK = 2048  # output features per product, for a layer of at least BLOCKED_FROM of them
