@@ -2,6 +2,7 @@
 it gets alone, and a request arriving during a search is answered without waiting for it."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -42,7 +43,13 @@ def test_concurrent_requests_join_and_each_gets_what_it_gets_alone(translator):
 
 def test_a_request_arriving_during_a_search_does_not_wait_for_it(translator):
     steps, answered = [], []
-    batcher = ContinuousBatcher(translator, on_step=lambda n, *_: steps.append(n))
+    queued = threading.Event()
+
+    def on_step(n, *_):  # on the search thread: no second step before the short one is queued
+        steps.append(n)  # (on a loaded machine the long search could end first: a flaky test)
+        queued.wait(10)
+
+    batcher = ContinuousBatcher(translator, on_step=on_step)
     long = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
     search = _search(translator, 3)
 
@@ -57,6 +64,8 @@ def test_a_request_arriving_during_a_search_does_not_wait_for_it(translator):
         while not steps:  # the long request's search has begun
             await asyncio.sleep(0.001)
         second = asyncio.ensure_future(ask("short", ["seven"]))
+        await asyncio.sleep(0)  # ask() runs to its await: the request is in the batcher's inbox
+        queued.set()
         results = await asyncio.gather(first, second)
         await batcher.stop()
         return results
