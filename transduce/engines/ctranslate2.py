@@ -30,7 +30,7 @@ import torch
 from transduce import runtime
 from transduce.decoding.beam import Hypothesis, length_penalty
 from transduce.decoding.config import DTYPES, DecodeConfig, Sampling
-from transduce.decoding.parallel import check_searches
+from transduce.decoding.parallel import check_searches, threads_each
 from transduce.decoding.steps import max_output_lengths
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
@@ -88,7 +88,9 @@ class CTranslate2Translator(Translator):
         place = resolve_device(str(device), setting="device")
         kind = "cuda" if place.type == "cuda" else "cpu"
         searches = check_searches(searches, place)
-        threads = leave_cpu_to_ctranslate2() if kind == "cpu" else 0
+        threads = threads_each(searches) if kind == "cpu" else 0  # PyTorch's, shared out
+        if kind == "cpu":
+            leave_cpu_to_ctranslate2()
         compute = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
                    "int8": "int8" if kind == "cpu" else "int8_float16"}[dtype]
         supported = sorted(ctranslate2.get_supported_compute_types(kind))
@@ -99,7 +101,7 @@ class CTranslate2Translator(Translator):
         exported = export_once(run.model, run.tokenizers, run.weights)
         engine = ctranslate2.Translator(
             str(exported), device=kind, device_index=place.index or 0, compute_type=compute,
-            intra_threads=threads and max(1, threads // searches), inter_threads=searches)
+            intra_threads=threads, inter_threads=searches)
         data = run.config.data
         return cls(run.model.to(place), run.tokenizers, run.config.decode,
                    prefix=data.language_prefix(tgt_lang), data=data, searches=searches,
