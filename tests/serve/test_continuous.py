@@ -141,3 +141,50 @@ def test_a_failing_search_answers_its_requests_with_the_error_and_goes_on(transl
             await batcher.stop()
     [after] = asyncio.run(main())
     assert after.text == translator.translate(["twelve"], beam_size=1)[0]
+
+
+def test_batchers_sharing_a_stepper_take_steps_in_turn(translator):
+    """Two models' continuous batchers on one Stepper's thread: a request to the second,
+    arriving during the first's long search, is answered before it; one stopped, the other goes
+    on serving."""
+    from transduce.serve.continuous import Stepper
+
+    stepper, answered, steps = Stepper(), [], []
+    queued = threading.Event()
+
+    def on_step(n, *_):
+        steps.append(n)
+        queued.wait(10)
+
+    first = ContinuousBatcher(translator, on_step=on_step, stepper=stepper)
+    second = ContinuousBatcher(translator, stepper=stepper)
+    long = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
+    search = _search(translator, 3)
+
+    async def main():
+        first.start()
+        second.start()
+
+        async def ask(batcher, name, sentences):
+            result = await batcher.translate(sentences, search)
+            answered.append(name)
+            return result
+        asked = asyncio.ensure_future(ask(first, "long", long))
+        while not steps:
+            await asyncio.sleep(0.001)
+        other = asyncio.ensure_future(ask(second, "short", ["seven"]))
+        await asyncio.sleep(0)
+        queued.set()
+        results = await asyncio.gather(asked, other)
+        await first.stop()
+        assert stepper._thread.is_alive()  # the second is still served
+        again = await second.translate(["twelve"], search)
+        thread = stepper._thread
+        await second.stop()
+        assert not thread.is_alive()
+        return results, again
+    (long_result, short_result), again = asyncio.run(main())
+    assert answered == ["short", "long"]
+    assert short_result[0].text == translator.translate(["seven"], beam_size=3)[0]
+    assert [t.text for t in long_result] == translator.translate(long, beam_size=3)
+    assert again[0].text == translator.translate(["twelve"], beam_size=3)[0]

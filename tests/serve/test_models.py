@@ -197,17 +197,24 @@ def test_models_load_on_a_thread_that_ends_with_the_loading(run_dir, monkeypatch
         models.load_models([ModelSpec(run_dir.parent / "missing")])
 
 
-def test_every_model_of_a_server_searches_on_one_thread(translator, monkeypatch):
-    """Two pairs, two batchers: their searches on the same thread, not the caller's."""
+@pytest.mark.parametrize("continuous", [False, True])
+def test_every_model_of_a_server_searches_on_one_thread(translator, monkeypatch, continuous):
+    """Two pairs, two batchers (or continuous batchers, stepped by one `Stepper`): their
+    searches on the same thread, not the caller's."""
+    from transduce.decoding.continuous import ContinuousSearch
+
     expected = translator.translate(["seven"])
-    searching, translate = set(), translator.translate_detailed
+    searching = set()
+    owner, name = (ContinuousSearch, "step") if continuous else (translator,
+                                                                 "translate_detailed")
+    original = getattr(owner, name)
 
     def recorded(*args, **kwargs):
         searching.add(threading.current_thread())
-        return translate(*args, **kwargs)
-    monkeypatch.setattr(translator, "translate_detailed", recorded)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, recorded)
     service = Service([ServedModel("en", "de", translator), ServedModel("en", "fr", translator)],
-                      ServeSettings(compile=False))
+                      ServeSettings(compile=False, continuous_batching=continuous))
 
     async def main():
         service.start()
@@ -221,3 +228,4 @@ def test_every_model_of_a_server_searches_on_one_thread(translator, monkeypatch)
     assert [[t.text for t in found] for found in asyncio.run(main())] == [expected] * 2
     [thread] = searching
     assert thread is not threading.current_thread()
+    assert not thread.is_alive() or not continuous  # the stepper's thread ends with its last

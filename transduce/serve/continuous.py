@@ -1,5 +1,6 @@
-"""Continuous batching: one model's searches stepped on a thread of their own, requests'
-sentences joining them between steps (`transduce.decoding.continuous.ContinuousSearch`).
+"""Continuous batching: a model's searches stepped on a thread shared by a server's models
+(`Stepper`), requests' sentences joining them between steps
+(`transduce.decoding.continuous.ContinuousSearch`).
 
 A request that arrives during a search no longer waits for the search to end: its sentences join
 at the next step (one search per kind of search asked for: settings, n-best, attention; those
@@ -49,27 +50,34 @@ class _Job:
 
 class ContinuousBatcher:
     """As `Batcher` (start, translate, stop), with sentences joining searches between steps.
-    `on_step(sentences, source tokens, seconds, finished translations)` is told of each step."""
+    `on_step(sentences, source tokens, seconds, finished translations)` is told of each step.
+    `stepper`: the thread that steps the searches, shared by a server's models (`Stepper`);
+    else the batcher's own."""
 
     def __init__(self, translator: Translator, *, max_tokens: int = 4096,
-                 on_step: Callable[[int, int, float, list], None] | None = None) -> None:
+                 on_step: Callable[[int, int, float, list], None] | None = None,
+                 stepper: Stepper | None = None) -> None:
         self.translator = translator
         self.max_tokens = max_tokens
         self.on_step = on_step
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.stepper = stepper or Stepper()
         self._ids = itertools.count()
+        # on the stepping thread only:
+        self._searches: dict[Search, ContinuousSearch] = {}
+        self._waiting: deque[tuple[_Job, int]] = deque()  # sentences not in a search yet
+        self._owners: dict[int, tuple[_Job, int, list[int]]] = {}  # sentence id -> its place
+        self._stopping = False
+        self._stopped = threading.Event()  # set on the stepping thread once stop()'s job is done
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="transduce-search", daemon=True)
-        self._thread.start()
+        self.stepper.add(self)
 
     async def stop(self) -> None:
         """Once what is queued is translated."""
-        if self._thread is not None:
-            self._inbox.put(None)
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-            self._thread = None
+        if self.stepper.takes(self):
+            self.stepper.put(self, None)
+            await asyncio.get_running_loop().run_in_executor(None, self._stopped.wait)
+            await self.stepper.remove(self)
 
     async def translate(self, sentences: list[str], search: Search,
                         prefixes: list[str] | None = None,
@@ -77,40 +85,47 @@ class ContinuousBatcher:
         """The translations of `sentences`, in order (each starting with its prefix and
         holding its terms, if given). Cancelling the await (a client gone, a timeout) keeps its
         sentences that have not joined a search yet from joining."""
-        if self._thread is None:
+        if not self.stepper.takes(self):
             raise RuntimeError("ContinuousBatcher.start() was not called")
         loop = asyncio.get_running_loop()
         job = _Job(sentences, search, loop.create_future(), loop,
                    [None] * len(sentences), len(sentences), prefixes, terms)
-        self._inbox.put(job)
+        self.stepper.put(self, job)
         return await job.future
 
-    # -- the search thread ----------------------------------------------------------------------
+    # -- on the stepping thread -----------------------------------------------------------------
 
-    def _run(self) -> None:
-        searches: dict[Search, ContinuousSearch] = {}
-        waiting: deque[tuple[_Job, int]] = deque()  # sentences not in a search yet, in order
-        owners: dict[int, tuple[_Job, int, list[int]]] = {}  # sentence id -> where it goes
-        stopping = False
-        while True:
-            busy = waiting or any(s.active for s in searches.values())
-            stopping |= self._receive(waiting, block=not busy and not stopping)
-            if stopping and not waiting and not any(s.active for s in searches.values()):
-                return
-            try:
-                self._admit(waiting, searches, owners)
-                for search_of in list(searches):
-                    if searches[search_of].active:
-                        self._step(search_of, searches[search_of], owners)
-            except Exception as error:  # noqa: BLE001 - a bug: its requests answer with it,
-                log.exception("the search failed")  # and the thread goes on for the next
-                for job, _, _ in owners.values():
-                    _reject_soon(job, error)
-                for job, _ in waiting:
-                    _reject_soon(job, error)
-                searches.clear()
-                waiting.clear()
-                owners.clear()
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting) or any(s.active for s in self._searches.values())
+
+    def _receive(self, job: _Job | None) -> None:
+        """Queue a newly arrived job's sentences (None: stop() was called)."""
+        if job is None:
+            self._stopping = True
+            return
+        for at in range(len(job.sentences)):
+            self._waiting.append((job, at))
+
+    def _advance(self) -> None:
+        """Waiting sentences join, then one step of each search; stop()'s wait ends once it was
+        called and nothing is left."""
+        try:
+            self._admit(self._waiting, self._searches, self._owners)
+            for search_of in list(self._searches):
+                if self._searches[search_of].active:
+                    self._step(search_of, self._searches[search_of], self._owners)
+        except Exception as error:  # noqa: BLE001 - a bug: its requests answer with it,
+            log.exception("the search failed")  # and the thread goes on for the next
+            for job, _, _ in self._owners.values():
+                _reject_soon(job, error)
+            for job, _ in self._waiting:
+                _reject_soon(job, error)
+            self._searches.clear()
+            self._waiting.clear()
+            self._owners.clear()
+        if self._stopping and not self.busy:
+            self._stopped.set()
 
     def _step(self, search_of: Search, search: ContinuousSearch, owners: dict) -> None:
         """One step of a search; its finished sentences answered."""
@@ -135,22 +150,6 @@ class ContinuousBatcher:
             done.append(translation)
         if self.on_step is not None:
             self.on_step(searched, tokens, time.perf_counter() - start, done)
-
-    def _receive(self, waiting: deque, block: bool) -> bool:
-        """Queue the sentences of newly arrived jobs (waiting for one when `block`); returns
-        whether stop() was called."""
-        stopping = False
-        while True:
-            try:
-                job = self._inbox.get(block=block)
-            except queue.Empty:
-                return stopping
-            block = False
-            if job is None:
-                stopping = True
-                continue
-            for at in range(len(job.sentences)):
-                waiting.append((job, at))
 
     def _admit(self, waiting: deque, searches: dict, owners: dict) -> None:
         """Waiting sentences join their searches, in order of arrival, while the source tokens
@@ -187,6 +186,63 @@ class ContinuousBatcher:
                                                        search_of.nbest)
             ids, sources, forced, constraints = zip(*sentences, strict=True)
             searches[search_of].join(list(sources), list(ids), list(forced), list(constraints))
+
+
+class Stepper:
+    """One thread stepping the searches of several continuous batchers (a server's models) in
+    turn: PyTorch's CPU operations run on the OpenMP threads of the thread that calls them, and
+    two threads' teams on the same CPUs make each wait for the other's sleeping threads
+    (`transduce.runtime.in_passing_thread`). It starts with its first batcher and ends when its
+    last is stopped."""
+
+    def __init__(self) -> None:
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (batcher, job | None)
+        self._batchers: list[ContinuousBatcher] = []
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def add(self, batcher: ContinuousBatcher) -> None:
+        with self._lock:
+            batcher._stopping = False
+            batcher._stopped.clear()
+            self._batchers.append(batcher)
+            if self._thread is None:  # a thread and an inbox of its own
+                self._inbox = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._run, args=(self._inbox,),
+                                                name="transduce-search", daemon=True)
+                self._thread.start()
+
+    def takes(self, batcher: ContinuousBatcher) -> bool:
+        return batcher in self._batchers
+
+    def put(self, batcher: ContinuousBatcher, job: _Job | None) -> None:
+        self._inbox.put((batcher, job))
+
+    async def remove(self, batcher: ContinuousBatcher) -> None:
+        """`batcher` leaves (stopped, nothing left); the thread ends with the last one."""
+        with self._lock:
+            self._batchers.remove(batcher)
+            if self._batchers:
+                return
+            thread, self._thread = self._thread, None
+            self._inbox.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+    def _run(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            block = not any(b.busy for b in list(self._batchers))
+            while True:
+                try:
+                    message = inbox.get(block=block)
+                except queue.Empty:
+                    break
+                if message is None:
+                    return
+                block = False
+                batcher, job = message
+                batcher._receive(job)
+            for batcher in list(self._batchers):
+                batcher._advance()
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

@@ -14,7 +14,7 @@ from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation
 from transduce.errors import UserError
 from transduce.serve.batcher import Batcher, Search, search_thread
-from transduce.serve.continuous import ContinuousBatcher
+from transduce.serve.continuous import ContinuousBatcher, Stepper
 from transduce.serve.files import FileStore
 from transduce.serve.guard import RateLimiter
 from transduce.serve.metrics import Metrics
@@ -44,6 +44,7 @@ class Service:
             model.translator.check_search(self.search(model).decode)
         self.metrics = Metrics()
         self.search_thread = search_thread()  # every batcher's searches (not continuous ones)
+        self.stepper = Stepper()  # every continuous batcher's steps
         self.batchers = {pair: self._batcher(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.files: FileStore | None = None  # made by start()
@@ -57,7 +58,8 @@ class Service:
         if settings.batching and settings.continuous_batching and not settings.compiles() \
                 and settings.engine == "transduce":
             return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
-                                     on_step=self._counter(model, continuous=True))
+                                     on_step=self._counter(model, continuous=True),
+                                     stepper=self.stepper)
         return Batcher(model.translator, max_tokens=settings.max_batch_tokens,
                        wait=settings.batch_wait_ms / 1000, batching=settings.batching,
                        on_batch=self._counter(model), thread=self.search_thread)
