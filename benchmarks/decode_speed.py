@@ -99,19 +99,28 @@ def opus_mt(tmp: Path):
     return run.model.eval(), run.tokenizers, original
 
 
-def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
-                alpha: float, engines, threads: int, searches: int = 1, device: str = "cpu",
-                hf_dir: Path | None = None) -> dict:
-    """`sources` end with the model's <eos>; `hf_dir`: the model generate() runs, if not our
-    export of it."""
+def write_spec(directory: Path, name: str, sources: list, *, beam: int, forced: bool,
+               max_len: int, alpha: float, device: str = "cpu", hf_dir: Path | None = None
+               ) -> Path:
+    """What decode_engine.py translates, and how: `directory`/`name`.json."""
     config = json.loads((directory / "model.json").read_text())
-    spec = directory / f"spec-{beam}-{forced}.json"
+    spec = directory / f"{name}.json"
     spec.write_text(json.dumps({"sources": sources, "beam": beam, "forced": forced,
                                 "max_len": max_len, "alpha": alpha,
                                 "model_dir": str(directory), "device": device,
                                 "hf_dir": str(hf_dir or directory / "hf"),
                                 "pad": config["pad_id"], "bos": config["bos_id"],
                                 "eos": config["eos_id"]}))
+    return spec
+
+
+def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
+                alpha: float, engines, threads: int, searches: int = 1, device: str = "cpu",
+                hf_dir: Path | None = None) -> dict:
+    """`sources` end with the model's <eos>; `hf_dir`: the model generate() runs, if not our
+    export of it."""
+    spec = write_spec(directory, f"spec-{beam}-{forced}", sources, beam=beam, forced=forced,
+                      max_len=max_len, alpha=alpha, device=device, hf_dir=hf_dir)
     results = {}
     for engine in engines:
         if beam == 1 and engine in EXHAUSTIVE:
