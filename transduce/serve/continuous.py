@@ -111,10 +111,10 @@ class ContinuousBatcher:
         """Waiting sentences join, then one step of each search; stop()'s wait ends once it was
         called and nothing is left."""
         try:
-            self._admit(self._waiting, self._searches, self._owners)
+            self._admit()
             for search_of in list(self._searches):
                 if self._searches[search_of].active:
-                    self._step(search_of, self._searches[search_of], self._owners)
+                    self._step(search_of, self._searches[search_of])
         except Exception as error:  # noqa: BLE001 - a bug: its requests answer with it,
             log.exception("the search failed")  # and the thread goes on for the next
             for job, _, _ in self._owners.values():
@@ -127,7 +127,7 @@ class ContinuousBatcher:
         if self._stopping and not self.busy:
             self._stopped.set()
 
-    def _step(self, search_of: Search, search: ContinuousSearch, owners: dict) -> None:
+    def _step(self, search_of: Search, search: ContinuousSearch) -> None:
         """One step of a search; its finished sentences answered."""
         start = time.perf_counter()
         searched, tokens = search.active, search.tokens
@@ -135,7 +135,7 @@ class ContinuousBatcher:
         done = []
         greedy = search_of.decode.beam_size == 1  # as the Translator's: no score
         for sentence_id, hypotheses in finished:
-            job, at, source = owners.pop(sentence_id)
+            job, at, source = self._owners.pop(sentence_id)
             if greedy:
                 hypotheses = [Hypothesis(0.0, 0.0, h.tokens) for h in hypotheses]
             try:
@@ -151,9 +151,10 @@ class ContinuousBatcher:
         if self.on_step is not None:
             self.on_step(searched, tokens, time.perf_counter() - start, done)
 
-    def _admit(self, waiting: deque, searches: dict, owners: dict) -> None:
+    def _admit(self) -> None:
         """Waiting sentences join their searches, in order of arrival, while the source tokens
         searched at once stay within max_tokens (a search with none takes one anyway)."""
+        waiting, searches = self._waiting, self._searches
         joining: dict[Search, list] = {}
         held = sum(s.tokens for s in searches.values())
         while waiting:
@@ -173,7 +174,7 @@ class ContinuousBatcher:
             waiting.popleft()
             held += len(source)
             sentence_id = next(self._ids)
-            owners[sentence_id] = (job, at, source)
+            self._owners[sentence_id] = (job, at, source)
             forced = self.translator.encode_prefix(job.prefixes[at] if job.prefixes else "")
             wanted = self.translator.constraints([sentence], terms=[job.terms[at]]) \
                 if job.terms else None
