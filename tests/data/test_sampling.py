@@ -32,8 +32,12 @@ def test_each_epoch_is_a_new_segmentation_of_the_same_text(data):
         assert max(pairs.src_lengths.max(), pairs.tgt_lengths.max()) <= data.max_length
     differs = [first.tgt(i) != second.tgt(i) for i in range(len(texts))]
     assert 0.1 < np.mean(differs) < 1
-    deterministic = [first.tgt(i) != data.train.tgt(i).tolist() for i in range(len(texts))]
-    assert np.mean(deterministic) > 0.1
+    # pairs segmented otherwise than the deterministic way, an epoch: ~15% at dropout 0.1 here,
+    # over 5 epochs (one epoch's 124 pairs gave 8% to 19%, by the tokenizer's training)
+    epochs = [first, second, *(sampler.epoch(epoch) for epoch in range(2, 5))]
+    otherwise = [pairs.tgt(i) != data.train.tgt(i).tolist()
+                 for pairs in epochs for i in range(len(texts))]
+    assert np.mean(otherwise) > 0.1
 
 
 def test_an_epoch_depends_only_on_seed_and_epoch(data):
