@@ -72,13 +72,15 @@ def child(args) -> None:
         from transduce import runtime
         runtime.tune()
         from transduce.decoding.config import DecodeConfig
+        from transduce.decoding.parallel import threads_each
         from transduce.engines.ctranslate2 import (  # its backend first
             CTranslate2Translator,
             leave_cpu_to_ctranslate2,
         )
         from transduce.model import ModelConfig, Transformer
         from transduce.runs.checkpoint import load_weights
-        threads = leave_cpu_to_ctranslate2()  # as CTranslate2Translator.load does
+        intra = threads_each(args.searches)  # as CTranslate2Translator.load shares them
+        leave_cpu_to_ctranslate2()
         import ctranslate2  # after the engine's module, which picks CTranslate2's backend
         model = Transformer(ModelConfig(**json.loads((model_dir / "model.json").read_text())))
         load_weights(model, model_dir / "model.safetensors")
@@ -87,7 +89,7 @@ def child(args) -> None:
             model, argparse.Namespace(src=pieces, tgt=pieces),
             engine=ctranslate2.Translator(
                 str(model_dir / "ct2-fp32"), device=device,
-                intra_threads=max(1, threads // args.searches), inter_threads=args.searches,
+                intra_threads=intra, inter_threads=args.searches,
                 compute_type="int8" if args.engine.endswith("int8") else "float32"))
         decode = DecodeConfig(beam_size=k, length_penalty=alpha, length_normalization="power",
                               max_len_a=0, max_len_b=max_len, min_len=min_len)

@@ -114,6 +114,12 @@ def write_spec(directory: Path, name: str, sources: list, *, beam: int, forced: 
     return spec
 
 
+def engine_command(engine: str, spec: Path, threads: int, searches: int) -> list[str]:
+    """The command running one engine on a spec in a process of its own (decode_engine.py)."""
+    return [sys.executable, str(ONE_ENGINE), engine, "--spec", str(spec),
+            "--threads", str(threads), "--searches", str(searches)]
+
+
 def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_len: int,
                 alpha: float, engines, threads: int, searches: int = 1, device: str = "cpu",
                 hf_dir: Path | None = None) -> dict:
@@ -125,8 +131,7 @@ def run_engines(directory: Path, sources: list, *, beam: int, forced: bool, max_
     for engine in engines:
         if beam == 1 and engine in EXHAUSTIVE:
             continue
-        done = subprocess.run([sys.executable, str(ONE_ENGINE), engine, "--spec", str(spec),
-                               "--threads", str(threads), "--searches", str(searches)],
+        done = subprocess.run(engine_command(engine, spec, threads, searches),
                               capture_output=True, text=True)
         if done.returncode:
             print(f"  {engine} failed: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)

@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from decode_speed import ONE_ENGINE, SHARED, export, write_spec
+from decode_speed import SHARED, engine_command, export, write_spec
 
 
 def _start(engine: str, spec: Path, threads: int, searches: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ONE_ENGINE), engine, "--spec", str(spec),
-                             "--threads", str(threads), "--searches", str(searches)],
+    return subprocess.Popen(engine_command(engine, spec, threads, searches),
                             stdout=subprocess.PIPE, text=True)
 
 

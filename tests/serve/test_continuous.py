@@ -41,39 +41,51 @@ def test_concurrent_requests_join_and_each_gets_what_it_gets_alone(translator):
         assert scores == pytest.approx([score for t in alone for _, score in t.nbest], rel=1e-5)
 
 
+LONG = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
+
+
+class _LongThenShort:
+    """A long request, then a short one sent once the long one's search has taken its first
+    step; `on_step` (the long search's) takes no second step before the short one is queued (on
+    a loaded machine the long search could end first: a flaky test). `answered`: in the order
+    they were."""
+
+    def __init__(self, search) -> None:
+        self.search, self.steps, self.answered = search, [], []
+        self.queued = threading.Event()
+
+    def on_step(self, n, *_) -> None:  # on the search thread
+        self.steps.append(n)
+        self.queued.wait(10)
+
+    async def ask(self, long_to, short_to):
+        async def ask(batcher, name, sentences):
+            result = await batcher.translate(sentences, self.search)
+            self.answered.append(name)
+            return result
+        first = asyncio.ensure_future(ask(long_to, "long", LONG))
+        while not self.steps:  # the long request's search has begun
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(ask(short_to, "short", ["seven"]))
+        await asyncio.sleep(0)  # ask() runs to its await: the request is in the batcher's inbox
+        self.queued.set()
+        return await asyncio.gather(first, second)
+
+
 def test_a_request_arriving_during_a_search_does_not_wait_for_it(translator):
-    steps, answered = [], []
-    queued = threading.Event()
-
-    def on_step(n, *_):  # on the search thread: no second step before the short one is queued
-        steps.append(n)  # (on a loaded machine the long search could end first: a flaky test)
-        queued.wait(10)
-
-    batcher = ContinuousBatcher(translator, on_step=on_step)
-    long = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
-    search = _search(translator, 3)
+    run = _LongThenShort(_search(translator, 3))
+    batcher = ContinuousBatcher(translator, on_step=run.on_step)
 
     async def main():
         batcher.start()
-
-        async def ask(name, sentences):
-            result = await batcher.translate(sentences, search)
-            answered.append(name)
-            return result
-        first = asyncio.ensure_future(ask("long", long))
-        while not steps:  # the long request's search has begun
-            await asyncio.sleep(0.001)
-        second = asyncio.ensure_future(ask("short", ["seven"]))
-        await asyncio.sleep(0)  # ask() runs to its await: the request is in the batcher's inbox
-        queued.set()
-        results = await asyncio.gather(first, second)
+        results = await run.ask(batcher, batcher)
         await batcher.stop()
         return results
     long_result, short_result = asyncio.run(main())
-    assert answered == ["short", "long"]
-    assert max(steps) == 7  # the short one joined the long one's search
+    assert run.answered == ["short", "long"]
+    assert max(run.steps) == 7  # the short one joined the long one's search
     assert short_result[0].text == translator.translate(["seven"], beam_size=3)[0]
-    assert [t.text for t in long_result] == translator.translate(long, beam_size=3)
+    assert [t.text for t in long_result] == translator.translate(LONG, beam_size=3)
 
 
 def test_a_token_budget_holds_sentences_back_until_others_leave(translator):
@@ -149,42 +161,23 @@ def test_batchers_sharing_a_stepper_take_steps_in_turn(translator):
     on serving."""
     from transduce.serve.continuous import Stepper
 
-    stepper, answered, steps = Stepper(), [], []
-    queued = threading.Event()
-
-    def on_step(n, *_):
-        steps.append(n)
-        queued.wait(10)
-
-    first = ContinuousBatcher(translator, on_step=on_step, stepper=stepper)
+    stepper, run = Stepper(), _LongThenShort(_search(translator, 3))
+    first = ContinuousBatcher(translator, on_step=run.on_step, stepper=stepper)
     second = ContinuousBatcher(translator, stepper=stepper)
-    long = ["three hundred and seventy-seven thousand and seventy-seven"] * 6
-    search = _search(translator, 3)
 
     async def main():
         first.start()
         second.start()
-
-        async def ask(batcher, name, sentences):
-            result = await batcher.translate(sentences, search)
-            answered.append(name)
-            return result
-        asked = asyncio.ensure_future(ask(first, "long", long))
-        while not steps:
-            await asyncio.sleep(0.001)
-        other = asyncio.ensure_future(ask(second, "short", ["seven"]))
-        await asyncio.sleep(0)
-        queued.set()
-        results = await asyncio.gather(asked, other)
+        results = await run.ask(first, second)
         await first.stop()
         assert stepper._thread.is_alive()  # the second is still served
-        again = await second.translate(["twelve"], search)
+        again = await second.translate(["twelve"], run.search)
         thread = stepper._thread
         await second.stop()
         assert not thread.is_alive()
         return results, again
     (long_result, short_result), again = asyncio.run(main())
-    assert answered == ["short", "long"]
+    assert run.answered == ["short", "long"]
     assert short_result[0].text == translator.translate(["seven"], beam_size=3)[0]
-    assert [t.text for t in long_result] == translator.translate(long, beam_size=3)
+    assert [t.text for t in long_result] == translator.translate(LONG, beam_size=3)
     assert again[0].text == translator.translate(["twelve"], beam_size=3)[0]

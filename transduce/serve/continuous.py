@@ -70,6 +70,8 @@ class ContinuousBatcher:
         self._stopped = threading.Event()  # set on the stepping thread once stop()'s job is done
 
     def start(self) -> None:
+        self._stopping = False
+        self._stopped.clear()
         self.stepper.add(self)
 
     async def stop(self) -> None:
@@ -204,8 +206,6 @@ class Stepper:
 
     def add(self, batcher: ContinuousBatcher) -> None:
         with self._lock:
-            batcher._stopping = False
-            batcher._stopped.clear()
             self._batchers.append(batcher)
             if self._thread is None:  # a thread and an inbox of its own
                 self._inbox = queue.SimpleQueue()
