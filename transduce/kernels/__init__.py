@@ -65,8 +65,9 @@ def available() -> tuple[str, ...]:
 def default_path() -> str:
     """The path `auto` means on this machine. MKL runs its AVX2 code on AMD processors; oneDNN
     uses AVX-512 there when the CPU has it, and its linear kernel was faster at every shape of
-    the decoder on an AVX-512 EPYC. On an AVX2-only EPYC oneDNN is the slower, and on Intel
-    processors MKL runs its own AVX-512 code and is as fast or faster (docs/speed.md)."""
+    the decoder on an AVX-512 EPYC. On an AVX2-only EPYC oneDNN is the slower (packed, no faster
+    in whole searches), and on Intel processors MKL runs its own AVX-512 code and is as fast or
+    faster (docs/speed.md)."""
     amd_avx512 = (cpu_info("vendor_id") == "AuthenticAMD"
                   and "avx512f" in cpu_info("flags").split())
     return "onednn" if amd_avx512 and "onednn" in available() else "mkl"
