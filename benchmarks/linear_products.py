@@ -2,7 +2,7 @@
 use (transduce/kernels/linear.py): MKL's (`F.linear`), oneDNN's linear kernel given the weight
 as it is, and oneDNN's given the weight packed once into its blocked layout (the `onednn`
 path's large layers). Microseconds a call, hot (the same call repeated, median of 5 timings),
-and the largest difference from MKL's result.
+and the largest difference between MKL's result and packed oneDNN's.
 
     python benchmarks/linear_products.py                 # 1 thread, then 2
     python benchmarks/linear_products.py --threads 1
