@@ -132,7 +132,7 @@ def _take_block(tokens: Tensor, step: int, active: Tensor, limits: Tensor, out: 
     `out`, each up to its <eos> or its length limit, and those ends into `lengths`; return
     which rows finished (on the CPU, as every argument). In NumPy, on views of the tensors: a
     dozen operations on a few dozen rows, which PyTorch's dispatch made 4% of a compiled greedy
-    search of Multi30k (340 us a block against ~40, docs/speed.md)."""
+    search of Multi30k (329-376 us a block against 147-187 now, docs/speed.md)."""
     tokens, active = tokens.numpy(), active.numpy()
     k = tokens.shape[1]
     is_eos = tokens == config.eos_id
