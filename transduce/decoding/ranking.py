@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 from torch import Tensor
 
 
@@ -20,9 +21,12 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     width = _chunk_width(vocab)
     if width is None or vocab // width < 4 * k:
         return x.topk(k, dim=1)
-    chunks = x.view(n, vocab // width, width)
-    best = chunks.amax(dim=2).topk(k, dim=1).indices  # (n, k) chunks
-    candidates = chunks.gather(1, best[:, :, None].expand(n, k, width)).view(n, k * width)
+    count = vocab // width
+    best = x.view(n, count, width).amax(dim=2).topk(k, dim=1).indices  # (n, k) chunks
+    # the chunks copied whole, as rows of (n * count, width): the top-k 1.16-1.4x faster at
+    # a beam search's 160-320 rows than gathering them element by element (docs/speed.md)
+    rows = (best + torch.arange(0, n * count, count, device=x.device)[:, None]).view(-1)
+    candidates = x.view(n * count, width).index_select(0, rows).view(n, k * width)
     values, where = candidates.topk(k, dim=1)
     return values, best.gather(1, where // width) * width + where % width
 
