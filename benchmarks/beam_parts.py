@@ -18,10 +18,11 @@ batch's steps (the encoder and the cross-attention caches).
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import time
 from pathlib import Path
+
+from loop_parts import Parts
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -58,31 +59,19 @@ def main() -> None:
     sources = [translator.tokenizers.src.encode(line) + [config.eos_id] for line in lines]
     decode = dataclasses.replace(translator.decode, beam_size=args.beam)
 
-    seconds, calls = collections.Counter(), collections.Counter()
-
-    def timed(owner, name: str, part: str) -> None:
-        function = getattr(owner, name)
-
-        def call(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[part] += time.perf_counter() - start
-                calls[part] += 1
-        setattr(owner, name, call)
-
+    parts = Parts()
     step = "the eager step (_decode)" if args.eager else "the compiled graph (_decode)"
-    timed(DecoderSteps if args.eager else CompiledSteps, "_decode", step)
-    timed(DecoderSteps, "log_probs", "log_probs")  # less the step: its log-softmax
-    timed(type(model), "steps", "a batch's steps: encoder, caches (steps)")
-    timed(beam, "extend", "ranking the extensions (extend)")
-    timed(beam.Extensions, "going_on", "the beams going on (going_on)")
-    timed(beam.Extensions, "ends", "finished hypotheses (ends)")
-    timed(beam, "sentences_done", "finished sentences (sentences_done)")
-    timed(DecoderSteps, "reorder_beams", "cache rows moved (reorder_beams)")
-    timed(DecoderSteps, "select", "sentences leave (select, with its reorder_beams)")
-    timed(beam, "compacting_order", "which sentences stay (compacting_order)")
+    parts.timed(DecoderSteps if args.eager else CompiledSteps, "_decode", step)
+    softmax = "the log-softmax (log_probs less _decode)"
+    parts.timed(DecoderSteps, "log_probs", softmax)  # the step subtracted after each pass
+    parts.timed(type(model), "steps", "a batch's steps: encoder, caches (steps)")
+    parts.timed(beam, "extend", "ranking the extensions (extend)")
+    parts.timed(beam.Extensions, "going_on", "the beams going on (going_on)")
+    parts.timed(beam.Extensions, "ends", "finished hypotheses (ends)")
+    parts.timed(beam, "sentences_done", "finished sentences (sentences_done)")
+    parts.timed(DecoderSteps, "reorder_beams", "cache rows moved (reorder_beams)")
+    parts.timed(DecoderSteps, "select", "sentences leave (select, with its reorder_beams)")
+    parts.timed(beam, "compacting_order", "which sentences stay (compacting_order)")
 
     def one_pass() -> int:
         tokens = 0
@@ -98,19 +87,14 @@ def main() -> None:
           f"{'eager' if args.eager else 'compiled'}, beam {args.beam}, {len(sources)} "
           f"sentences in batches of {args.batch}")
     for n in range(args.passes):
-        seconds.clear()
-        calls.clear()
+        parts.clear()
         start = time.perf_counter()
         tokens = one_pass()
         took = time.perf_counter() - start
-        seconds["log_probs"] -= seconds[step]  # the log-softmax alone
+        parts.seconds[softmax] -= parts.seconds[step]
         print(f"\npass {n + 1}: {took:.3f} s, {tokens / took:,.0f} target tokens/s, "
               f"{len(sources) / took:.1f} sentences/s\n")
-        print("| part | seconds | share | calls | us a call |\n|---|---|---|---|---|")
-        for part, spent in seconds.most_common():
-            name = "the log-softmax (log_probs less _decode)" if part == "log_probs" else part
-            print(f"| {name} | {spent:.3f} | {spent / took:.1%} | {calls[part]} | "
-                  f"{spent / calls[part] * 1e6:,.0f} |")
+        print(parts.table(took))
 
 
 if __name__ == "__main__":

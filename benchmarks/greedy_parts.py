@@ -13,10 +13,11 @@ batch's steps (the encoder and the cross-attention caches), finished sentences l
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import time
 from pathlib import Path
+
+from loop_parts import Parts
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -50,25 +51,12 @@ def main() -> None:
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     decode = DecodeConfig(beam_size=1, max_len_a=0, max_len_b=64)
 
-    seconds, calls = collections.Counter(), collections.Counter()
-
-    def timed(owner, name: str, part: str) -> None:
-        function = getattr(owner, name)
-
-        def call(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[part] += time.perf_counter() - start
-                calls[part] += 1
-        setattr(owner, name, call)
-
-    timed(CompiledSteps, "greedy", "the compiled graph (CompiledSteps.greedy)")
-    timed(Compiled, "steps", "a batch's steps: encoder, caches (steps)")
-    timed(DecoderSteps, "select", "finished rows leave (DecoderSteps.select)")
-    timed(greedy, "compacting_order", "finished rows leave (compacting_order)")
-    timed(greedy, "_take_block", "a block's tokens written (_take_block)")
+    parts = Parts()
+    parts.timed(CompiledSteps, "greedy", "the compiled graph (CompiledSteps.greedy)")
+    parts.timed(Compiled, "steps", "a batch's steps: encoder, caches (steps)")
+    parts.timed(DecoderSteps, "select", "finished rows leave (DecoderSteps.select)")
+    parts.timed(greedy, "compacting_order", "finished rows leave (compacting_order)")
+    parts.timed(greedy, "_take_block", "a block's tokens written (_take_block)")
 
     def one_pass() -> int:
         tokens = 0
@@ -83,16 +71,12 @@ def main() -> None:
     print(f"{args.model}, torch {torch.__version__}, {args.threads} thread(s), "
           f"{len(sources)} sentences in batches of {args.batch}")
     for n in range(args.passes):
-        seconds.clear()
-        calls.clear()
+        parts.clear()
         start = time.perf_counter()
         tokens = one_pass()
         took = time.perf_counter() - start
         print(f"\npass {n + 1}: {took:.3f} s, {tokens / took:,.0f} target tokens/s\n")
-        print("| part | seconds | share | calls | us a call |\n|---|---|---|---|---|")
-        for part, spent in seconds.most_common():
-            print(f"| {part} | {spent:.3f} | {spent / took:.1%} | {calls[part]} | "
-                  f"{spent / calls[part] * 1e6:,.0f} |")
+        print(parts.table(took))
 
 
 if __name__ == "__main__":
