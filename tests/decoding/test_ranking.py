@@ -29,3 +29,18 @@ def test_two_stage_argmax_equals_torch_argmax_ties_included(vocab):
     x[7, 0] = float("-inf")
     x[8] = float("-inf")  # all -inf
     assert torch.equal(argmax(x), x.argmax(dim=1))
+
+
+def test_off_a_cpu_torch_kernels_rank_in_one_launch(monkeypatch):
+    """The two stages are for a CPU's kernels; a tensor elsewhere (here the meta device, as a GPU
+    would be) goes to torch's own topk and argmax."""
+    from transduce.decoding import ranking
+
+    def two_stages(vocab):
+        raise AssertionError("the two stages off a CPU")
+
+    monkeypatch.setattr(ranking, "_chunk_width", two_stages)
+    x = torch.empty(30, 8000, device="meta")
+    values, indices = top_k(x, 10)
+    assert values.shape == indices.shape == (30, 10) and values.device.type == "meta"
+    assert argmax(x).shape == (30,)

@@ -2,7 +2,9 @@
 
 PyTorch's CPU kernels for these scan each row in one pass that vectorises poorly, while `amax` is
 many times faster (docs/speed.md). So both first take the maximum of each chunk of about 64 columns,
-then look only inside the chunks that can hold the answer. The results are exact.
+then look only inside the chunks that can hold the answer. The results are exact. On a GPU,
+torch's own kernels do each in one launch, where the two stages take a dozen, and a search step
+there waits on its launches (docs/speed.md): tensors not on a CPU go to them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     maxima (which hold the k best values). The same values; among equal values the indices may
     differ. Faster than torch.topk for a beam search's rows (docs/speed.md)."""
     n, vocab = x.shape
-    width = _chunk_width(vocab)
+    width = _chunk_width(vocab) if x.device.type == "cpu" else None
     if width is None or vocab // width < 4 * k:
         return x.topk(k, dim=1)
     count = vocab // width
@@ -36,7 +38,7 @@ def argmax(x: Tensor) -> Tensor:
     first chunk with the largest maximum, then the first maximum within it. Faster than
     torch.argmax for a greedy search's rows (docs/speed.md)."""
     n, vocab = x.shape
-    width = _chunk_width(vocab)
+    width = _chunk_width(vocab) if x.device.type == "cpu" else None
     if width is None:
         return x.argmax(dim=1)
     chunks = x.view(n, vocab // width, width)
