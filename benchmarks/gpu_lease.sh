@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
-# The checks of one short lease of a GPU machine, in one command, each under a time limit so
-# that a lease of a few minutes holds them all (docs/speed.md): the GPU tests, the base model's
-# training speed and memory at WMT14's batch (benchmarks/train_scale.py), and decoding speed on
-# the GPU (benchmarks/decode_speed.py --device cuda). Results go to OUT_DIR (default $OUT, else
-# gpu-lease/).
+# The checks of a short lease of a GPU machine (docs/speed.md), each under a time limit, in
+# steps that one or two calls of a few minutes hold:
+#   tests   the GPU tests (tests/gpu), beside the next step's start-up
+#   train   the base model at WMT14's batch for TRAIN_SECONDS (benchmarks/train_scale.py)
+#   big     the big model at 10,240 tokens a batch, as NVIDIA's fairseq-derived figures
+#   decode  decoding speed of a trained model on the GPU (decode_speed.py --part 1)
+#   shapes  the same at the tiny and base shapes, random weights (decode_speed.py --part 2)
+# STEPS picks them (default: all; on an H200, "tests train big" took ~8 minutes with
+# TRAIN_SECONDS=240 and "decode shapes" ~4); results go to OUT_DIR (default $OUT, else gpu-lease/).
 #
-# The GPU machine may reach no network: prepare beforehand, on any machine, in the repository:
+# The GPU machine may reach no network: prepare beforehand, on any machine, in the repository
+# (gpu/ in .git/info/exclude, carried to the machine):
 #   python benchmarks/train_scale.py --pairs 300000 --learn-only --work gpu  # the tokenizer
-#   transduce train configs/quickstart.yaml --run-dir gpu/quickstart         # a model to decode
-#   python -c "from transduce.data.numbers import NumberWords as N
-#   print('\n'.join(s for s, _ in N('test').pairs()))" > gpu/numbers.en       # its test inputs
-#   pip download ctranslate2 num2words ... -d gpu/whl   # wheels the machine lacks, if any
+#   a trained model as gpu/model: config.yaml, tokenizer.*, checkpoints/latest and the weights
+#     it names (e.g. of `transduce train configs/quickstart.yaml`, or of serving-load.md's run)
+#   its test sources as gpu/src.txt (e.g. the quickstart's numbers, or Multi30k's test2016.en)
+#   wheels the machine lacks in gpu/whl: num2words, and docopt, which has none on PyPI
+#     (`pip wheel --no-deps docopt -w gpu/whl`), ctranslate2 if wanted
 # then, on the GPU machine:
-#   benchmarks/gpu_lease.sh [OUT_DIR]
+#   STEPS="tests train big" benchmarks/gpu_lease.sh [OUT_DIR]
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-lease}}
+steps=" ${STEPS:-tests train big decode shapes} "
+model=${MODEL:-gpu/model} src=${SRC:-gpu/src.txt}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G "gpu/whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site gpu/whl/*.whl \
-    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    gpu/whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 # CTranslate2's wheels load CUDA 12's cuBLAS: found, if the machine has it anywhere
 cublas=$(find / -name 'libcublas.so.12*' -not -path '/proc/*' 2>/dev/null | head -1)
@@ -33,21 +41,32 @@ cublas=$(find / -name 'libcublas.so.12*' -not -path '/proc/*' 2>/dev/null | head
 c.get_cuda_device_count())" 2>&1 | tail -1
 } 2>&1 | tee "$out/machine.txt"
 
-echo "== pytest tests/gpu" | tee "$out/tests.txt"
-timeout 120 python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tail -25 | tee -a "$out/tests.txt"
+train_scale() {  # NAME SECONDS ARGS...: train_scale.py for SECONDS of training, into NAME.txt
+  local name=$1 seconds=$2; shift 2
+  echo "== train_scale.py $*" > "$out/$name.txt"
+  timeout $((seconds + 90)) python3 benchmarks/train_scale.py --pairs 300000 --updates 100000 \
+    --max-time "$seconds" --work /tmp/train-scale --tokenizer gpu/tokenizer-300000-37000 "$@" \
+    2>&1 | grep -v -E "^\s*$" | tail -30 >> "$out/$name.txt"
+  cat "$out/$name.txt"
+}
+if [[ $steps == *" tests "* ]]; then
+  (echo "== pytest tests/gpu"; timeout 150 python3 -m pytest tests/gpu -q -p no:cacheprovider \
+    -rs 2>&1 | tail -25) > "$out/tests.txt" &
+fi
+[[ $steps == *" train "* ]] && train_scale train "${TRAIN_SECONDS:-240}" --log-every 100
+[[ $steps == *" big "* ]] && train_scale big "${BIG_SECONDS:-90}" --config wmt14_en_de_big \
+  --log-every 50 data.max_tokens=10240 train.accumulate=1
+wait
+[ -f "$out/tests.txt" ] && cat "$out/tests.txt"
 
-echo "== train_scale.py: base, 300,000 made-up pairs" | tee "$out/train.txt"
-timeout 230 python3 benchmarks/train_scale.py --pairs 300000 --updates 2000 --max-time 120 \
-  --log-every 50 --work /tmp/train-scale --tokenizer gpu/tokenizer-300000-37000 2>&1 \
-  | grep -v -E "^\s*$" | tail -30 | tee -a "$out/train.txt"
-
-echo "== decode_speed.py --device cuda" | tee "$out/decode.txt"
 ct2=""  # CTranslate2 on the GPU only where its cuBLAS is (11-26's H100 had CUDA 13's alone)
 [ -n "$cublas" ] && python3 -c "import ctranslate2 as c; assert c.get_cuda_device_count()" \
   2>/dev/null && ct2="transduce-ct2 ct2-fp32 ct2-int8"
-timeout 140 python3 benchmarks/decode_speed.py --device cuda --model gpu/quickstart \
-  --src gpu/numbers.en --part 1 --engines transduce hf $ct2 transduce-compiled 2>&1 \
-  | tee -a "$out/decode.txt"
-timeout 75 python3 benchmarks/decode_speed.py --device cuda --model gpu/quickstart \
-  --src gpu/numbers.en --part 2 --shapes base --engines transduce hf 2>&1 \
-  | tee -a "$out/decode.txt"
+if [[ $steps == *" decode "* ]]; then
+  timeout 150 python3 benchmarks/decode_speed.py --device cuda --model "$model" --src "$src" \
+    --part 1 --engines transduce hf transduce-bf16 $ct2 2>&1 | tee "$out/decode.txt"
+fi
+if [[ $steps == *" shapes "* ]]; then
+  timeout 200 python3 benchmarks/decode_speed.py --device cuda --model "$model" --src "$src" \
+    --part 2 --shapes tiny base --engines transduce hf transduce-bf16 2>&1 | tee "$out/shapes.txt"
+fi
