@@ -18,7 +18,7 @@ from torch import Tensor
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """`x.topk(k, dim=1)` for x (n, V): the k best columns within the k chunks with the largest
     maxima (which hold the k best values). The same values; among equal values the indices may
-    differ. Faster than torch.topk for a beam search's rows (docs/speed.md)."""
+    differ. On a CPU faster than torch.topk for a beam search's rows (docs/speed.md)."""
     n, vocab = x.shape
     width = _chunk_width(vocab) if x.device.type == "cpu" else None
     if width is None or vocab // width < 4 * k:
@@ -36,7 +36,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
 def argmax(x: Tensor) -> Tensor:
     """`x.argmax(dim=1)` for x (n, V), exactly (the first of equal maxima, as torch's): the
     first chunk with the largest maximum, then the first maximum within it. Faster than
-    torch.argmax for a greedy search's rows (docs/speed.md)."""
+    torch.argmax for a greedy search's rows on a CPU (docs/speed.md)."""
     n, vocab = x.shape
     width = _chunk_width(vocab) if x.device.type == "cpu" else None
     if width is None:
