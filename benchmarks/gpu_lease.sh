@@ -9,21 +9,36 @@
 # STEPS picks them (default: all; on an H200, "tests train big" took ~8 minutes with
 # TRAIN_SECONDS=240 and "decode shapes" ~4); results go to OUT_DIR (default $OUT, else gpu-lease/).
 #
-# The GPU machine may reach no network: prepare beforehand, on any machine, in the repository
-# (gpu/ in .git/info/exclude, carried to the machine):
-#   python benchmarks/train_scale.py --pairs 300000 --learn-only --work gpu  # the tokenizer
-#   a trained model as gpu/model: config.yaml, tokenizer.*, checkpoints/latest and the weights
-#     it names (e.g. of `transduce train configs/quickstart.yaml`, or of serving-load.md's run)
-#   its test sources as gpu/src.txt (e.g. the quickstart's numbers, or Multi30k's test2016.en)
-#   wheels the machine lacks in gpu/whl: num2words, and docopt, which has none on PyPI
-#     (`pip wheel --no-deps docopt -w gpu/whl`), ctranslate2 if wanted
-# then, on the GPU machine:
+# The GPU machine may reach no network: prepare gpu/ beforehand, on any machine with pip's
+# registry, in the repository (gpu/ goes in .git/info/exclude and is carried to the machine):
+#   STEPS=prepare FROM=runs/m30k-serve SRC_FROM=test.en benchmarks/gpu_lease.sh
+# learns the tokenizer (train_scale.py --learn-only), copies the trained run FROM as gpu/model
+# (its configuration, tokenizer and latest weights), SRC_FROM as gpu/src.txt, and fetches the
+# wheels the machine lacks into gpu/whl (num2words, and docopt built here: it has none on PyPI).
+# Then, on the GPU machine:
 #   STEPS="tests train big" benchmarks/gpu_lease.sh [OUT_DIR]
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-lease}}
 steps=" ${STEPS:-tests train big decode shapes} "
 model=${MODEL:-gpu/model} src=${SRC:-gpu/src.txt}
+if [ "${STEPS:-}" = prepare ]; then
+  set -e
+  python3 benchmarks/train_scale.py --pairs 300000 --learn-only --work gpu
+  rm -rf gpu/corpus-300000 gpu/model && mkdir -p gpu/model/checkpoints gpu/whl
+  cp "$FROM"/config.yaml "$FROM"/tokenizer* gpu/model/
+  latest=$(cat "$FROM/checkpoints/latest")
+  cp "$FROM/checkpoints/latest" gpu/model/checkpoints/
+  mkdir -p "gpu/model/checkpoints/$latest"
+  cp "$FROM/checkpoints/$latest/model.safetensors" "gpu/model/checkpoints/$latest/"
+  cp "$SRC_FROM" gpu/src.txt
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 -d gpu/whl num2words
+  python3 -m pip wheel -q --no-deps -w gpu/whl docopt
+  grep -qx "/gpu/" .git/info/exclude 2>/dev/null || echo "/gpu/" >> .git/info/exclude
+  du -sh gpu
+  exit
+fi
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if compgen -G "gpu/whl/*.whl" >/dev/null; then
