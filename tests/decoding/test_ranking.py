@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from tests.conftest import own_path_only
 from transduce.decoding.ranking import argmax, top_k
 
 
@@ -31,6 +32,7 @@ def test_two_stage_argmax_equals_torch_argmax_ties_included(vocab):
     assert torch.equal(argmax(x), x.argmax(dim=1))
 
 
+@own_path_only
 def test_off_a_cpu_torch_kernels_rank_in_one_launch(monkeypatch):
     """The two stages are for a CPU's kernels; a tensor elsewhere (here the meta device, as a GPU
     would be) goes to torch's own topk and argmax."""

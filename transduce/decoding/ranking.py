@@ -20,7 +20,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     maxima (which hold the k best values). The same values; among equal values the indices may
     differ. On a CPU faster than torch.topk for a beam search's rows (docs/speed.md)."""
     n, vocab = x.shape
-    width = _chunk_width(vocab) if x.device.type == "cpu" else None
+    width = _width(x)
     if width is None or vocab // width < 4 * k:
         return x.topk(k, dim=1)
     count = vocab // width
@@ -38,13 +38,18 @@ def argmax(x: Tensor) -> Tensor:
     first chunk with the largest maximum, then the first maximum within it. Faster than
     torch.argmax for a greedy search's rows on a CPU (docs/speed.md)."""
     n, vocab = x.shape
-    width = _chunk_width(vocab) if x.device.type == "cpu" else None
+    width = _width(x)
     if width is None:
         return x.argmax(dim=1)
     chunks = x.view(n, vocab // width, width)
     best = chunks.amax(dim=2).argmax(dim=1)  # (n,)
     inside = chunks.gather(1, best[:, None, None].expand(n, 1, width)).squeeze(1).argmax(dim=1)
     return best * width + inside
+
+
+def _width(x: Tensor) -> int | None:
+    """The chunk width of the two stages for x's columns; None off a CPU or without one."""
+    return _chunk_width(x.shape[1]) if x.device.type == "cpu" else None
 
 
 @functools.cache
