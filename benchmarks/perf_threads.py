@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=640)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=8192,
-                        help="source tokens a batch (translate's default; 1000: ~64 sentences)")
+                        help="source tokens a batch (translate's default; 1000: ~60 sentences)")
     parser.add_argument("--seconds", type=int, default=10, help="sampled, after the first pass")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     args = parser.parse_args()
