@@ -6,6 +6,7 @@ kernel computes the same thing on some hardware, they call this package instead:
 - `linear`: float32 inference products on MKL (PyTorch's own `F.linear`) or on oneDNN;
 - `dropout`: a dropout mask drawn four elements per random number on CPU (`Dropout`);
 - `attention`: PyTorch's fused scaled-dot-product kernel, where it pays;
+- `small_products`: attention's batched products too small for PyTorch's vectorised CPU kernel;
 - `loss`: the output projection and the label-smoothed loss (and R-Drop's) fused, a chunk of
   positions at a time, with their gradients written by hand.
 

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from transduce.kernels.attention import fused_attention, fused_attention_pays
 from transduce.kernels.linear import Linear
+from transduce.kernels.small_products import matmul
 from transduce.model.cache import KVCache, SourceKVCache
 from transduce.model.masks import causal_mask
 from transduce.model.static_cache import StaticKVCache
@@ -39,13 +40,13 @@ def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None 
     The weights are those before attention dropout; a fully masked row of weights is all zeros.
     """
     mask = _with_causal(mask, q, k) if causal else mask
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
+    scores = matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
     weights = scores.softmax(dim=-1)
     if mask is not None:  # rows with no key to attend to are NaN after softmax(-inf, ..., -inf)
         weights = torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)
-    return (F.dropout(weights, dropout) if dropout else weights) @ v, weights
+    return matmul(F.dropout(weights, dropout) if dropout else weights, v), weights
 
 
 def _ungroup(x: Tensor, groups: int) -> Tensor:
