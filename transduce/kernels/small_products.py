@@ -24,8 +24,10 @@ SCALAR_BELOW = 400  # PyTorch's bound: products of fewer multiply-adds a matrix 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """`a @ b` for a (..., m, k) and b (..., k, n)."""
-    if (a.shape[-2] * a.shape[-1] * b.shape[-1] < SCALAR_BELOW and a.device.type == "cpu"
+    # sizes compared last: in a graph being traced the comparison would be a guard, and a
+    # graph compiled again when a window's length crossed the bound
+    if (not torch.compiler.is_compiling() and a.device.type == "cpu"
             and a.dtype == torch.float32 and kernels.fast()
-            and not torch.compiler.is_compiling()):
+            and a.shape[-2] * a.shape[-1] * b.shape[-1] < SCALAR_BELOW):
         return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
     return a @ b
