@@ -5,7 +5,7 @@ scalar loop of its own (`bmm_out_or_baddbmm_` in aten/src/ATen/native/LinearAlge
 above that on BLAS. A decoding step's attention falls below it for its first dozen positions: one
 query a row and heads of 32, so the weights times the values over 12 positions are 384
 multiply-adds. There the scalar loop took 2-5x as long as the same product written as a
-broadcast multiplication and a sum over k, which PyTorch runs vectorised (the scores 1.0-1.4x),
+broadcast multiplication and a sum over k, which PyTorch runs vectorised (the scores 0.9-1.4x),
 and 8% of an eager beam search of Multi30k (docs/speed.md). `matmul` picks that form there, on
 the fast paths in float32 on a CPU; the reference path, other dtypes (whose products the sum
 would round), larger products and compiled graphs (which Inductor writes its own way) keep
