@@ -92,7 +92,8 @@ def child(args) -> None:
                 intra_threads=intra, inter_threads=args.searches,
                 compute_type="int8" if args.engine.endswith("int8") else "float32"))
         decode = DecodeConfig(beam_size=k, length_penalty=alpha, length_normalization="power",
-                              max_len_a=0, max_len_b=max_len, min_len=min_len)
+                              stopping="finished", max_len_a=0, max_len_b=max_len,
+                              min_len=min_len)  # CTranslate2's own stopping rule
 
         def search(batch) -> None:
             found = translator.search_batch([sources[i] for i in batch], decode)

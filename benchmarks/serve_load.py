@@ -115,8 +115,11 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
 SERVERS = {"continuous": ["--continuous-batching"], "batching": [],
            "one at a time": ["--no-batching"]}
 ENGINES = {"transduce": ["--no-compile"], "transduce-int8": ["--dtype", "int8"],
-           "transduce-compiled": ["--compile"], "transduce-ct2": ["--engine", "ctranslate2"],
-           "transduce-ct2-int8": ["--engine", "ctranslate2", "--dtype", "int8"]}
+           "transduce-compiled": ["--compile"],
+           # CTranslate2 stops a beam search its own way, which ours names `finished`
+           "transduce-ct2": ["--engine", "ctranslate2", "--stopping", "finished"],
+           "transduce-ct2-int8": ["--engine", "ctranslate2", "--dtype", "int8", "--stopping",
+                                  "finished"]}
 # continuous batching is transduce's own search's (the others batch the requests that came)
 CONTINUOUS = ("transduce", "transduce-int8")
 

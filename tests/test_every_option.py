@@ -37,7 +37,8 @@ COMMON = {
     "--device": (["--device", "cpu"], None),
     "--dtype": (["--dtype", "int8"], None),
     "--compile": (["--compile"], None),
-    "--engine": (["--engine", "ctranslate2", "--length-normalization", "power"], None),
+    "--engine": (["--engine", "ctranslate2", "--length-normalization", "power", "--stopping",
+                  "finished"], None),
     "--searches": (["--searches", "2", "--max-tokens", "3"], ("max_tokens", 3)),
 }
 TRANSLATE = {
@@ -133,7 +134,7 @@ def test_translate_runs_with_each_option(option, run_dir, source, tmp_path, monk
         from transduce.engines import engine
 
         assert lines == engine.load(run_dir, engine="ctranslate2").translate(
-            SENTENCES, length_normalization="power")
+            SENTENCES, length_normalization="power", stopping="finished")
     if "GLOSSARY" in args:
         assert lines == Translator.load(run_dir).translate(SENTENCES, terms=[[], ["QQ"], []])
         assert "QQ" in lines[1]

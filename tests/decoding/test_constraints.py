@@ -26,7 +26,7 @@ def _constraints(n: int) -> list[list[list[int]]]:
 
 
 @own_path_only  # a batch's outputs are a sentence's alone on every path: test_beam, test_greedy
-@pytest.mark.parametrize("stopping", ["early", "exact"])
+@pytest.mark.parametrize("stopping", ["early", "exact", "finished"])
 @pytest.mark.parametrize("k", [1, 4])
 def test_every_constraint_is_in_every_output_batched_and_alone(k, stopping):
     model = _model_that_stops()

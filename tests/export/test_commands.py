@@ -223,7 +223,7 @@ def test_the_docs_generate_snippet_searches_as_the_run_does(long_outputs_run, tm
     assert longest > 20
 
 
-@pytest.mark.parametrize("stopping", ["early", "exact"])
+@pytest.mark.parametrize("stopping", ["early", "exact", "finished"])
 def test_the_exported_beam_search_is_the_runs(run_dir, tmp_path, stopping):
     from transduce.decoding.search import search
 
@@ -234,7 +234,8 @@ def test_the_exported_beam_search_is_the_runs(run_dir, tmp_path, stopping):
     generation = json.loads((hf_dir / "generation_config.json").read_text())
     assert generation["num_beams"] == 3 and generation["length_penalty"] == 1.2
     assert generation["max_new_tokens"] == 10 and generation["min_length"] == 3
-    assert generation["early_stopping"] == ("never" if stopping == "exact" else False)
+    assert generation["early_stopping"] == {"early": False, "exact": "never",
+                                            "finished": True}[stopping]
     for src, theirs in _docs_generate(hf_dir, SOURCES):
         [ours] = search(run.model, src, run.config.decode)
         assert theirs[:len(theirs) - theirs[::-1].index(3)] == [*ours[0].tokens, 3]

@@ -69,6 +69,29 @@ def test_generate_agrees_with_our_greedy_and_beam_search(norm_first):
     assert [tuple(strip(r)) for r in hf_beam] == ours_beam
 
 
+@pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
+def test_generate_stopping_early_is_our_stopping_finished(alpha):
+    """generate(early_stopping=True) stops a sentence once it holds as many finished hypotheses
+    as beams, as our `stopping: finished` does (and CTranslate2)."""
+    model = _model_that_stops(tie_output=True)
+    marian = to_huggingface(model)
+    src = random_tokens(8, 8)
+    src[2, 5:] = PAD
+    with torch.no_grad():
+        hf = marian.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=4,
+                             num_return_sequences=2, do_sample=False, length_penalty=alpha,
+                             early_stopping=True, max_new_tokens=12, min_new_tokens=1,
+                             renormalize_logits=True,  # at the limit </s> is forced for free
+                             suppress_tokens=[PAD, BOS], decoder_start_token_id=BOS,
+                             eos_token_id=EOS, pad_token_id=PAD)
+    ours = beam_with(model, src, beam_size=4, nbest=2, max_len_a=0, max_len_b=12,
+                     length_penalty=alpha, length_normalization="power", stopping="finished",
+                     renormalize=True)
+    theirs = [tuple(t for t in row.tolist()[1:] if t not in (PAD, EOS)) for row in hf]
+    assert theirs == [h.tokens for hypotheses in ours for h in hypotheses]
+    assert len({len(t) for t in theirs}) > 2  # finished at different lengths
+
+
 def test_models_hugging_face_cannot_express_are_refused():
     with pytest.raises(UserError, match="layer_norm_eps"):
         to_huggingface(small_model(tie_output=True, layer_norm_eps=1e-6))

@@ -11,7 +11,7 @@ from .conftest import SENTENCES, make_app
 pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")
 
-POWER = {"length_normalization": "power", "length_penalty": 1.0}
+POWER = {"length_normalization": "power", "length_penalty": 1.0, "stopping": "finished"}
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,8 @@ def test_serve_dtype_int8_batches_requests_as_translate_dtype_int8(server, run_d
 # each in a server of its own, DecodeConfig's all together in one
 DEVICE_OPTIONS = {"--device": ["--device", "cpu"], "--dtype": ["--dtype", "bfloat16"],
                   "--compile": ["--compile"],
-                  "--engine": ["--engine", "ctranslate2", "--length-normalization", "power"]}
+                  "--engine": ["--engine", "ctranslate2", "--length-normalization", "power",
+                               "--stopping", "finished"]}
 DECODE_OPTIONS = {"--beam-size": "3", "--length-penalty": "1.5", "--length-normalization": "power",
                   "--stopping": "exact", "--max-len-a": "0.5", "--max-len-b": "4",
                   "--min-len": "2", "--renormalize": None, "--max-tokens": "16"}
@@ -239,7 +240,8 @@ def test_serve_runs_with_each_device_option(option, server, run_dir):
     lines = ["seven", "three hundred and twelve", "forty-one"]
     load = {"--device": dict(device="cpu"), "--dtype": dict(dtype="bfloat16"),
             "--compile": dict(compile=True), "--engine": dict(engine="ctranslate2")}[option]
-    search = {"length_normalization": "power"} if option == "--engine" else {}
+    search = dict(length_normalization="power", stopping="finished") if option == "--engine" \
+        else {}
     assert _lines_alone(url, lines) == engine.load(run_dir, **load).translate(lines, **search)
 
 

@@ -6,12 +6,13 @@ the top k becomes a finished hypothesis, scored by log p(y) / lp(|y|) with
 lp(n) = ((5 + n) / 6)^alpha; the k best others continue. A sentence is done once it holds
 `nbest` finished hypotheses and no live one is better than the worst of them:
 - stopping="early" (the default) compares a live beam's score at the length it would have if it
-  ended now, as Hugging Face generate() does by default and CTranslate2 and fairseq do (or
-  sooner);
+  ended now, close to Hugging Face generate()'s default heuristic;
 - stopping="exact" compares the best score a live beam could still reach (its log-probability
   can only fall, while lp grows with length up to the sentence's maximum), so the result is
   provably the best under the length penalty, at a cost: more rows searched for longer, about
-  twice the time on Multi30k (docs/translating.md).
+  twice the time on Multi30k (docs/translating.md);
+- stopping="finished" compares nothing: a sentence is done once `beam_size` hypotheses have
+  finished, as CTranslate2 (patience 1), fairseq and generate(early_stopping=True) stop.
 Either way the best finished hypothesis is returned, whatever its length or when it finished,
 never simply the first to finish; done sentences leave the decoder's batch.
 """
@@ -78,6 +79,7 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
         progress = lexical.Progress.start(batch, 1, device)
     steps.limit(int(limits.max()) + 1)  # <bos> and a token for each step
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]  # min-heaps of the nbest best
+    ended = [0] * batch  # how many hypotheses of each sentence have finished
     fallback: list[list[Hypothesis]] = [[] for _ in range(batch)]  # constraints unmet at limit
     active = torch.arange(batch, device=device)  # the sentence of each group of `width` rows
     # all beams start equal, so the first step runs one row per sentence (the same work k times
@@ -103,7 +105,9 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
         if ends:
             prefix = tokens.view(n, width, -1)
             for row, rank, met in ends:
-                _add((finished if met else fallback)[int(active[row])], nbest, Hypothesis(
+                sentence = int(active[row])
+                ended[sentence] += met
+                _add((finished if met else fallback)[sentence], nbest, Hypothesis(
                     float(candidates.scores[row, rank]) / length_penalty(step + 1, alpha, form),
                     float(candidates.scores[row, rank]),
                     tuple(prefix[row, candidates.beam[row, rank]].tolist())))
@@ -119,8 +123,9 @@ def beam_search(model: Searchable, src: Tensor, decode: DecodeConfig = BEAM, *,
             steps.reorder_beams(rows)
         steps.append(token.view(-1))
 
-        done = sentences_done([finished[i] for i in active.tolist()], scores, progress, table,
-                              limits[active].tolist(), [step] * n, nbest, decode)
+        alive = active.tolist()
+        done = sentences_done([finished[i] for i in alive], [ended[i] for i in alive], scores,
+                              progress, table, limits[active].tolist(), [step] * n, nbest, decode)
         if on_done is not None:
             for sentence in active[done].tolist():
                 on_done(sentence, _best(finished[sentence], fallback[sentence], nbest))
@@ -251,7 +256,7 @@ def _add(heap: list[Hypothesis], k: int, hypothesis: Hypothesis) -> None:
         heapq.heapreplace(heap, hypothesis)
 
 
-def sentences_done(heaps: list[list[Hypothesis]], scores: Tensor,
+def sentences_done(heaps: list[list[Hypothesis]], ended: list[int], scores: Tensor,
                    progress: lexical.Progress | None, table: lexical.Constraints | None,
                    limits: list[int], steps: list[int], nbest: int, decode: DecodeConfig
                    ) -> Tensor:
@@ -259,7 +264,11 @@ def sentences_done(heaps: list[list[Hypothesis]], scores: Tensor,
     live beam (log-probabilities `scores` (n, k)) beats: at the length it would have if it
     ended next, after `steps` steps, or (exact stopping) at the best length still possible
     within `limits`. With constraints, early stopping weighs only the beams that have met
-    them (a beam that could end now)."""
+    them (a beam that could end now). Stopping "finished": those of which `ended` counts
+    beam_size finished hypotheses (with constraints, that have met them)."""
+    if decode.stopping == "finished":
+        return torch.tensor([count >= decode.beam_size for count in ended],
+                            dtype=torch.bool, device=scores.device)
     alpha, form = decode.length_penalty, decode.length_normalization
     exact = decode.stopping == "exact"
     contenders = scores if table is None or exact else lexical.contenders(scores, progress, table)

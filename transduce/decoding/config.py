@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from transduce.errors import UserError
 from transduce.fields import setting
 
-STOPPING = ("early", "exact")  # beam search's stopping rules (transduce.decoding.beam)
+STOPPING = ("early", "exact", "finished")  # beam search's stopping rules (decoding.beam)
 DTYPES = ("float32", "bfloat16", "float16", "int8")  # what a Translator may decode in
 LENGTH_NORMALIZATIONS = ("gnmt", "power")
 
@@ -25,9 +25,10 @@ class DecodeConfig:
     stopping: str = setting("early",
         "when a sentence's beam search ends, once it holds its n-best finished hypotheses: "
         "'early' when no live beam scores better than the worst of them at its current length "
-        "(as Hugging Face generate() by default, CTranslate2, fairseq); 'exact' only when no "
-        "live beam could beat it even at the maximum length (provably the best under the length "
-        "penalty); exact takes about twice as long")
+        "(close to Hugging Face generate()'s default); 'exact' only when no live beam could beat "
+        "it even at the maximum length (provably the best under the length penalty; about "
+        "twice as long); 'finished' once beam_size hypotheses have finished, whatever their "
+        "scores (CTranslate2's rule, fairseq's, generate(early_stopping=True))")
     max_len_a: float = setting(1.0, "an output has at most a * source length + b tokens")
     max_len_b: int = setting(50, "... (b of the limit above)")
     min_len: int = setting(1, "tokens before <eos> is allowed")

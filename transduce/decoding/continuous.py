@@ -40,6 +40,7 @@ class _Sentence:
     forced: list[int]  # its first tokens, forced
     finished: list[Hypothesis] = field(default_factory=list)  # a min-heap of the n-best
     fallback: list[Hypothesis] = field(default_factory=list)  # ... of those short of constraints
+    ended: int = 0  # how many of its hypotheses have finished (met their constraints)
 
 
 class ContinuousSearch:
@@ -150,6 +151,7 @@ class ContinuousSearch:
                 length = steps_taken[row]
                 tokens = prefix[row, candidates.beam[row, rank]]
                 sentence = self.sentences[row]
+                sentence.ended += met
                 _add(sentence.finished if met else sentence.fallback, self.nbest, Hypothesis(
                     float(candidates.scores[row, rank]) / length_penalty(
                         length + 1, decode.length_penalty, decode.length_normalization),
@@ -165,7 +167,8 @@ class ContinuousSearch:
         self.steps.reorder_beams(rows)
         self.steps.append(token.view(-1))
 
-        done = sentences_done([s.finished for s in self.sentences], self._scores,
+        done = sentences_done([s.finished for s in self.sentences],
+                              [s.ended for s in self.sentences], self._scores,
                               self._progress, self._table, [s.limit for s in self.sentences],
                               steps_taken, self.nbest, decode)
         self._own = own + 1

@@ -8,12 +8,14 @@ weights, remade when the weights change, as the int8 copy is (transduce.runs.int
                                              bfloat16 convert it as it loads)
 
 Its `translate_batch` searches each batch, with the settings CTranslate2 has: the beam size, the
-n-best, the length penalty in its form (|y|^alpha: `length_normalization: power`), sampling
-(temperature, top-k, top-p; not seeded), forced prefixes, the minimum length, and the output
-length limit, which CTranslate2 takes per batch (the batch's longest a * length + b). What it
-has not is refused in one line: GNMT's length normalisation in a beam search, `renormalize`,
-`stopping: exact`, glossaries, ensembles, `--compile`. The rest is the `Translator`'s: batching,
-results, and what is teacher-forced on the run's own model (attention, alignments, scores).
+n-best, the length penalty in its form (|y|^alpha: `length_normalization: power`), its stopping
+rule (`stopping: finished`: done once beam-size hypotheses have finished, its patience 1),
+sampling (temperature, top-k, top-p; not seeded), forced prefixes, the minimum length, and the
+output length limit, which CTranslate2 takes per batch (the batch's longest a * length + b).
+What it has not is refused in one line: GNMT's length normalisation and the `early` and `exact`
+stopping rules in a beam search, `renormalize`, glossaries, ensembles, `--compile`. The rest is
+the `Translator`'s: batching, results, and what is teacher-forced on the run's own model
+(attention, alignments, scores).
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class CTranslate2Translator(Translator):
                            sampling_topp=sampling.top_p,
                            sampling_temperature=sampling.temperature)
         else:
-            options.update(beam_size=decode.beam_size, num_hypotheses=nbest,
+            options.update(beam_size=decode.beam_size, num_hypotheses=nbest, patience=1,
                            length_penalty=decode.length_penalty
                            if decode.length_normalization == "power" else 0.0)
         results = self.engine.translate_batch(
@@ -178,15 +180,18 @@ def check_settings(decode: DecodeConfig, sampling: Sampling | None,
     if decode.renormalize:
         raise UserError("--engine ctranslate2 cannot renormalize the scores over the tokens a "
                         "step allows (decode.renormalize): use --engine transduce")
-    if decode.stopping == "exact" and decode.beam_size > 1 and sampling is None:
-        raise UserError("--engine ctranslate2 stops a beam search its own way: --stopping exact "
-                        "is transduce's (use --engine transduce)")
-    if (decode.length_normalization == "gnmt" and decode.length_penalty != 0
-            and decode.beam_size > 1 and sampling is None):
-        raise UserError(f"--engine ctranslate2 divides scores by |y|^alpha, not by GNMT's "
-                        f"((5 + |y|) / 6)^alpha: pass --length-normalization power (and a "
-                        f"--length-penalty for it; the run's is {decode.length_penalty:g} "
-                        f"for gnmt), or --length-penalty 0")
+    if decode.beam_size == 1 or sampling is not None:
+        return
+    power = (decode.length_normalization == "power" or decode.length_penalty == 0)
+    if not power or decode.stopping != "finished":
+        needs = [] if power else [
+            f"--length-normalization power (and a --length-penalty for it; the run's is "
+            f"{decode.length_penalty:g} for gnmt) or --length-penalty 0"]
+        if decode.stopping != "finished":
+            needs.append(f"--stopping finished (--stopping {decode.stopping} is transduce's)")
+        raise UserError("--engine ctranslate2 divides scores by |y|^alpha, not by GNMT's "
+                        "((5 + |y|) / 6)^alpha, and stops a beam search once it holds "
+                        "beam-size finished hypotheses: pass " + " and ".join(needs))
 
 
 def export_once(model: torch.nn.Module, tokenizers, weights: Path) -> Path:

@@ -191,17 +191,20 @@ def longest_output(decode: DecodeConfig, max_positions: int) -> int:
     return min(decode.max_len_b, most) if decode.max_len_a == 0 else most
 
 
+EARLY_STOPPING = {"early": False, "finished": True, "exact": "never"}  # ours: Hugging Face's
+
+
 def search_settings(decode: DecodeConfig, max_positions: int) -> dict:
     """`decode` as Hugging Face generation settings: max_new_tokens counts the </s> that our
     search forces at the limit (forced_eos_token_id), min_length the decoder's start token;
     its length_penalty divides by length ** alpha, our `power` normalisation (for `gnmt` the
-    default, 1.0, is the nearest); early_stopping False is its heuristic, our `early`, and
-    "never" its exact search."""
+    default, 1.0, is the nearest); early_stopping False is its heuristic, our `early`, True
+    our `finished`, and "never" its exact search."""
     settings = dict(num_beams=decode.beam_size, renormalize_logits=decode.renormalize,
                     max_new_tokens=longest_output(decode, max_positions) + 1,
                     min_length=decode.min_len + 1)
     if decode.beam_size > 1:  # Hugging Face refuses beam settings for a greedy search
-        settings["early_stopping"] = "never" if decode.stopping == "exact" else False
+        settings["early_stopping"] = EARLY_STOPPING[decode.stopping]
         if decode.length_normalization == "power":
             settings["length_penalty"] = decode.length_penalty
     return settings

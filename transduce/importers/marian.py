@@ -31,7 +31,7 @@ from transduce.data.marian_tokenizer import MarianTokenizer
 from transduce.data.tokenizer import Tokenizers
 from transduce.decoding.config import DecodeConfig
 from transduce.errors import UserError
-from transduce.export.marian import convert
+from transduce.export.marian import EARLY_STOPPING, convert
 from transduce.model.config import ModelConfig
 from transduce.model.transformer import Transformer
 from transduce.runs import checkpoint as ckpt
@@ -269,6 +269,7 @@ def _decode_config(directory: Path) -> DecodeConfig:
                         length_penalty=float(generation.get("length_penalty", 1.0)),
                         length_normalization="power", max_len_a=0.0, max_len_b=longest,
                         min_len=max(0, int(generation.get("min_length") or 0) - 1),
-                        stopping="exact" if generation.get("early_stopping") == "never"
-                        else "early",
+                        stopping=next((ours for ours, theirs in EARLY_STOPPING.items()
+                                       if theirs == generation.get("early_stopping", False)),
+                                      "early"),
                         renormalize=bool(generation.get("renormalize_logits", False)))
