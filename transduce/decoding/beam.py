@@ -265,10 +265,11 @@ def sentences_done(heaps: list[list[Hypothesis]], ended: list[int], scores: Tens
     ended next, after `steps` steps, or (exact stopping) at the best length still possible
     within `limits`. With constraints, early stopping weighs only the beams that have met
     them (a beam that could end now). Stopping "finished": those of which `ended` counts
-    beam_size finished hypotheses (with constraints, that have met them)."""
+    beam_size finished hypotheses (with constraints, that have met them), or where no beam can
+    go on (past the length limit)."""
     if decode.stopping == "finished":
-        return torch.tensor([count >= decode.beam_size for count in ended],
-                            dtype=torch.bool, device=scores.device)
+        stuck = scores.max(dim=1).values == float("-inf")
+        return stuck | torch.tensor(ended, device=scores.device).ge(decode.beam_size)
     alpha, form = decode.length_penalty, decode.length_normalization
     exact = decode.stopping == "exact"
     contenders = scores if table is None or exact else lexical.contenders(scores, progress, table)

@@ -9,13 +9,14 @@ weights, remade when the weights change, as the int8 copy is (transduce.runs.int
 
 Its `translate_batch` searches each batch, with the settings CTranslate2 has: the beam size, the
 n-best, the length penalty in its form (|y|^alpha: `length_normalization: power`), its stopping
-rule (`stopping: finished`: done once beam-size hypotheses have finished, its patience 1),
-sampling (temperature, top-k, top-p; not seeded), forced prefixes, the minimum length, and the
-output length limit, which CTranslate2 takes per batch (the batch's longest a * length + b).
-What it has not is refused in one line: GNMT's length normalisation and the `early` and `exact`
-stopping rules in a beam search, `renormalize`, glossaries, ensembles, `--compile`. The rest is
-the `Translator`'s: batching, results, and what is teacher-forced on the run's own model
-(attention, alignments, scores).
+rule (`stopping: finished`: done once beam-size hypotheses have finished, its patience 1;
+without a length penalty it stops sooner, once its best candidate ends: the same best, where the
+rest of an n-best may differ), sampling (temperature, top-k, top-p; not seeded), forced
+prefixes, the minimum length, and the output length limit, which CTranslate2 takes per batch
+(the batch's longest a * length + b). What it has not is refused in one line: GNMT's length
+normalisation and the `early` and `exact` stopping rules in a beam search, `renormalize`,
+glossaries, ensembles, `--compile`. The rest is the `Translator`'s: batching, results, and what
+is teacher-forced on the run's own model (attention, alignments, scores).
 """
 
 from __future__ import annotations
