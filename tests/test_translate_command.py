@@ -220,7 +220,7 @@ def test_the_stopping_help_names_its_choices(capsys):
     with pytest.raises(SystemExit):
         main(["translate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "STOPPING" not in help_text and "--stopping {early,exact}" in help_text
+    assert "STOPPING" not in help_text and "--stopping {early,exact,finished}" in help_text
 
 
 def test_ctrl_c_within_a_chunk_keeps_every_line_finished_before_it(run_dir, tmp_path, capsys,
