@@ -164,8 +164,24 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return rest
 
 
+def averaged_name(text: str) -> str:
+    """An argparse type: a name for an averaged checkpoint in a run's checkpoints/, not one
+    that training writes or points with (best, latest, update_...)."""
+    if (not text or text in (".", "..") or "/" in text or "\\" in text or text.startswith(".")
+            or text in ("best", "latest") or text.startswith("update_")):
+        raise argparse.ArgumentTypeError(
+            f"a plain name, not a path or one of training's own (best, latest, update_...), "
+            f"got {text!r}")
+    return text
+
+
 def _average(args: argparse.Namespace) -> None:
-    from transduce.runs.checkpoint import average_checkpoints, checkpoint_dir, update_checkpoints
+    from transduce.runs.checkpoint import (
+        average_checkpoints,
+        checkpoint_dir,
+        update_checkpoints,
+        update_number,
+    )
     from transduce.runs.lock import RunLock
 
     run_dir = Path(args.run_dir)
@@ -174,11 +190,17 @@ def _average(args: argparse.Namespace) -> None:
                         "train?)")
     check_writable(checkpoint_dir(run_dir), what="run directory")
     with RunLock(run_dir, "transduce average"):  # a run still training is refused
-        paths = update_checkpoints(run_dir)[-args.last:]
+        kept = update_checkpoints(run_dir)
+        paths = [p for p in kept if args.until is None or update_number(p) <= args.until]
+        if not paths:
+            raise UserError(f"{run_dir}: no update checkpoint at or before update {args.until} "
+                            f"(kept: {', '.join(p.name for p in kept) or 'none'})")
+        paths = paths[-args.last:]
         if len(paths) < args.last:
-            print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}",
+            print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}"
+                  + ("" if args.until is None else f" up to update {args.until}"),
                   file=sys.stderr)
-        out = average_checkpoints(paths, checkpoint_dir(Path(args.run_dir)) / "averaged")
+        out = average_checkpoints(paths, checkpoint_dir(run_dir) / args.output)
     print(f"averaged {', '.join(p.name for p in paths)} -> {out}")
 
 
@@ -266,6 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
                               "checkpoints/averaged, which translate and evaluate then use")
     average.add_argument("--last", type=at_least(1), default=5,
                          help="how many of the last update checkpoints (default: 5)")
+    average.add_argument("--until", type=at_least(0), metavar="UPDATE",
+                         help="the last N kept at or before this update, not the latest: a "
+                              "run as if stopped there (default: the latest)")
+    average.add_argument("-o", "--output", type=averaged_name, default="averaged",
+                         metavar="NAME",
+                         help="the checkpoint to write, in the run's checkpoints/; translate "
+                              "and evaluate use it with --checkpoint NAME (default: averaged, "
+                              "which they use by default)")
     average.set_defaults(run=_average)
 
     plot = commands.add_parser(

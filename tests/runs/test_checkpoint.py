@@ -6,6 +6,7 @@ import stat
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from tests.training.test_trainer import _config, _weights
 from transduce import files
@@ -75,6 +76,44 @@ def test_loading_says_which_checkpoint_and_warns_of_a_stale_average(tmp_path, ca
     caplog.clear()
     Translator.load(run, checkpoint=ckpt.named_checkpoint(run, "latest"))
     assert "checkpoint update_0000006" in caplog.text and "older" not in caplog.text
+
+
+def test_average_until_an_update_into_a_name_of_its_own(tmp_path, caplog, capsys):
+    run = tmp_path / "run"
+    start_run(_config("train.max_updates=6", "train.save_every=2",
+                      "train.keep_checkpoints=5"), run).train()
+    two, four, _ = ckpt.update_checkpoints(run)
+    assert main(["average", str(run), "--last", "2", "--until", "5", "-o", "upto-4"]) == 0
+    weights = ckpt.named_checkpoint(run, "upto-4")
+    averaged, a, b = (load_file(str(w)) for w in (weights, two / ckpt.WEIGHTS,
+                                                  four / ckpt.WEIGHTS))
+    for key in averaged:
+        torch.testing.assert_close(averaged[key], (a[key] + b[key]) / 2)
+    assert ckpt.model_checkpoint(run) != weights  # the run's default is left as it was
+    caplog.clear()
+    Translator.load(run, checkpoint=weights)
+    assert "checkpoint upto-4" in caplog.text
+    assert "the mean of update_0000002 .. update_0000004, 2 checkpoints" in caplog.text
+
+    # into the default name: no stale warning for an average made short of the latest on
+    # purpose, until the run trains on
+    assert main(["average", str(run), "--until", "4"]) == 0
+    assert f"only 2 checkpoints kept in {run} up to update 4" in capsys.readouterr().err
+    caplog.clear()
+    Translator.load(run)
+    assert "update_0000002 .. update_0000004" in caplog.text and "older" not in caplog.text
+    resume_run(run, ["train.max_updates=8"]).train()
+    caplog.clear()
+    Translator.load(run)
+    assert "its averaged checkpoint is older than its latest, update_0000008" in caplog.text
+
+    assert main(["average", str(run), "--until", "1"]) == 2
+    assert (f"{run}: no update checkpoint at or before update 1 (kept: update_0000002, "
+            "update_0000004, update_0000006, update_0000008)") in capsys.readouterr().err
+    for name in ("latest", "update_0000009", "../elsewhere", ".hidden"):
+        with pytest.raises(SystemExit):
+            main(["average", str(run), "-o", name])
+        assert "a plain name, not a path" in capsys.readouterr().err
 
 
 @pytest.fixture

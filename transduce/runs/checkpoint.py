@@ -28,6 +28,7 @@ from transduce.pauses import pause_point
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 AVERAGED = "averaged_from"  # metadata of an averaged checkpoint: the names averaged
+LATEST_THEN = "latest_when_averaged"  # ... and the run's latest checkpoint then
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,11 @@ def update_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.glob("update_*") if (p / WEIGHTS).is_file())
 
 
+def update_number(checkpoint: Path) -> int:
+    """The update an update checkpoint was written at: 7000 for update_0007000."""
+    return int(Path(checkpoint).name.removeprefix("update_"))
+
+
 def model_checkpoint(run_dir: Path) -> Path:
     """The weights a run directory stands for: averaged if present, else best, else latest."""
     root = checkpoint_dir(run_dir)
@@ -188,10 +194,8 @@ def model_checkpoint(run_dir: Path) -> Path:
 def describe(run_dir: Path, weights: Path) -> str:
     """Which checkpoint of a run `weights` is, in words."""
     weights = Path(weights)
-    if not _is_averaged(run_dir, weights):
-        return f"checkpoint {weights.parent.name} ({weights})"
     names = averaged_from(weights)
-    return f"checkpoint averaged ({weights}" + (
+    return f"checkpoint {weights.parent.name} ({weights}" + (
         f": the mean of {names[0]} .. {names[-1]}, {len(names)} checkpoints)" if names else ")")
 
 
@@ -202,8 +206,10 @@ def stale_average(run_dir: Path, weights: Path) -> str | None:
     if latest is None or not _is_averaged(run_dir, weights):
         return None
     names = averaged_from(weights)
-    if names[-1:] >= [latest.name] or (not names and latest.stat().st_mtime <=
-                                       Path(weights).stat().st_mtime):
+    then = _metadata(weights).get(LATEST_THEN)  # older averages: judged by what they hold
+    if (latest.name == then if then is not None else
+            names[-1:] >= [latest.name] or (not names and latest.stat().st_mtime <=
+                                            Path(weights).stat().st_mtime)):
         return None
     return (f"{run_dir}: its averaged checkpoint is older than its latest, {latest.name} (it "
             f"trained on after `transduce average`): average again, or pass --checkpoint latest")
@@ -215,12 +221,15 @@ def _is_averaged(run_dir: Path, weights: Path) -> bool:
 
 def averaged_from(weights: Path) -> list[str]:
     """The checkpoints an averaged weights file is the mean of (empty if not recorded)."""
+    return sorted(n for n in _metadata(weights).get(AVERAGED, "").split(",") if n)
+
+
+def _metadata(weights: Path) -> dict[str, str]:
     try:
         with safe_open(str(weights), framework="pt") as f:
-            names = (f.metadata() or {}).get(AVERAGED, "")
-    except Exception:  # damaged: reading the weights will say so
-        return []
-    return sorted(n for n in names.split(",") if n)
+            return f.metadata() or {}
+    except Exception:  # damaged, or not there: reading the weights will say so
+        return {}
 
 
 def named_checkpoint(run_dir: Path, name: str) -> Path:
@@ -257,11 +266,14 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     dtypes = {k: v.dtype for k, v in load_file(str(Path(paths[0]) / WEIGHTS)).items()}
     averaged = {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
     out_dir = Path(out_dir)
+    metadata = {AVERAGED: ",".join(Path(p).name for p in paths)}
+    latest = _pointer(out_dir.parent, "latest")
+    if latest is not None:  # its run's, when written into one: stale once the run trains on
+        metadata[LATEST_THEN] = latest
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     try:  # interrupted, it leaves the previous average as it was, and no temporary files
         make_public(tmp)
-        save_file(averaged, str(tmp / WEIGHTS), metadata={AVERAGED: ",".join(Path(p).name
-                                                                             for p in paths)})
+        save_file(averaged, str(tmp / WEIGHTS), metadata=metadata)
         make_public(tmp / WEIGHTS)
         pause_point("average")
         replace_dir(tmp, out_dir)
