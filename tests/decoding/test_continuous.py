@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from transduce.decoding.beam import beam_search
-from transduce.decoding.config import DecodeConfig
+from transduce.decoding.config import STOPPING, DecodeConfig
 from transduce.decoding.continuous import ContinuousSearch
 from transduce.decoding.ensemble import Ensemble
 
@@ -94,6 +94,44 @@ def test_sentences_with_constraints_join_and_get_what_beam_search_gives_alone(be
         for term in terms:
             assert any(found[i][0].tokens[j : j + len(term)] == tuple(term)
                        for j in range(len(found[i][0].tokens)))
+
+
+def _holds(tokens: tuple[int, ...], term: list[int]) -> bool:
+    return any(tokens[j : j + len(term)] == tuple(term) for j in range(len(tokens)))
+
+
+@pytest.mark.parametrize("stopping", STOPPING)
+def test_a_sentence_short_of_hypotheses_that_met_its_constraints_ends_at_its_limit(stopping):
+    """Short limits and several terms: some sentences reach their limit with fewer than n-best
+    hypotheses that met them. Continuous batching has no loop bound of its own, so such a
+    sentence must be done where no beam can go on, under every rule (under early and exact it
+    went on past the model's positions and failed its batch), made up from hypotheses that
+    missed them, as beam search gives it alone."""
+    model = _model_that_stops()
+    rng = random.Random(5)
+    missed = 0
+    for _ in range(24):
+        decode = DecodeConfig(beam_size=rng.choice([1, 2, 3]), max_len_a=0.0,
+                              max_len_b=rng.randint(1, 5), stopping=stopping)
+        source = [rng.randint(4, 49) for _ in range(rng.randint(1, 6))] + [EOS]
+        terms = [[rng.randint(4, 49) for _ in range(rng.randint(1, 3))]
+                 for _ in range(rng.randint(1, 4))]
+        nbest = rng.choice([1, 2]) if decode.beam_size > 1 else 1
+        alone = beam_search(model, torch.tensor([source]), decode, nbest=nbest,
+                            constraints=[terms])[0]
+        search = ContinuousSearch(model, decode, nbest)
+        search.join([source], ["it"], None, [terms])
+        found = []
+        for _ in range(model.config.max_positions - 1):
+            found = search.step()
+            if found:
+                break
+        assert [owner for owner, _ in found] == ["it"] and not search.active
+        assert [h.tokens for h in found[0][1]] == [h.tokens for h in alone]
+        assert [h.score for h in found[0][1]] == pytest.approx([h.score for h in alone],
+                                                               abs=1e-5)
+        missed += any(not all(_holds(h.tokens, term) for term in terms) for h in alone)
+    assert missed  # the case in question came up
 
 
 def test_a_busy_search_keeps_its_cache_short():

@@ -265,18 +265,19 @@ def sentences_done(heaps: list[list[Hypothesis]], ended: list[int], scores: Tens
     ended next, after `steps` steps, or (exact stopping) at the best length still possible
     within `limits`. With constraints, early stopping weighs only the beams that have met
     them (a beam that could end now). Stopping "finished": those of which `ended` counts
-    beam_size finished hypotheses (with constraints, that have met them), or where no beam can
-    go on (past the length limit)."""
+    beam_size finished hypotheses (with constraints, that have met them). Under every rule, also
+    those where no beam can go on (past the length limit), however few they hold: a sentence
+    whose hypotheses all missed its constraints (continuous batching has no other bound)."""
+    stuck = scores.max(dim=1).values == float("-inf")  # past the limit: ends, whatever it holds
     if decode.stopping == "finished":
-        stuck = scores.max(dim=1).values == float("-inf")
         return stuck | torch.tensor(ended, device=scores.device).ge(decode.beam_size)
     alpha, form = decode.length_penalty, decode.length_normalization
     exact = decode.stopping == "exact"
     contenders = scores if table is None or exact else lexical.contenders(scores, progress, table)
-    done = torch.zeros(len(heaps), dtype=torch.bool)
+    done = stuck.cpu()
     best_live = contenders.max(dim=1).values.tolist()  # log-probabilities: they only fall
     for row, heap in enumerate(heaps):
-        if len(heap) < nbest:
+        if done[row] or len(heap) < nbest:
             continue
         if best_live[row] == float("-inf"):
             done[row] = True
