@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transduce import (
     __version__,
+    average_command,
     evaluate_command,
     models_command,
     runtime,
@@ -23,6 +24,7 @@ from transduce import (
     serve_command,
     translate_command,
 )
+from transduce.average_command import add_average_options
 from transduce.config import load_config
 from transduce.data.config import DATASETS, TOKENIZERS, DataConfig
 from transduce.errors import TrainingError, UserError
@@ -164,46 +166,6 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return rest
 
 
-def averaged_name(text: str) -> str:
-    """An argparse type: a name for an averaged checkpoint in a run's checkpoints/, not one
-    that training writes or points with (best, latest, update_...)."""
-    if (not text or text in (".", "..") or "/" in text or "\\" in text or text.startswith(".")
-            or text in ("best", "latest") or text.startswith("update_")):
-        raise argparse.ArgumentTypeError(
-            f"a plain name, not a path or one of training's own (best, latest, update_...), "
-            f"got {text!r}")
-    return text
-
-
-def _average(args: argparse.Namespace) -> None:
-    from transduce.runs.checkpoint import (
-        average_checkpoints,
-        checkpoint_dir,
-        update_checkpoints,
-        update_number,
-    )
-    from transduce.runs.lock import RunLock
-
-    run_dir = Path(args.run_dir)
-    if not checkpoint_dir(run_dir).is_dir():
-        raise UserError(f"{run_dir}: no checkpoints here (is it a run directory of transduce "
-                        "train?)")
-    check_writable(checkpoint_dir(run_dir), what="run directory")
-    with RunLock(run_dir, "transduce average"):  # a run still training is refused
-        kept = update_checkpoints(run_dir)
-        paths = [p for p in kept if args.until is None or update_number(p) <= args.until]
-        if not paths:
-            raise UserError(f"{run_dir}: no update checkpoint at or before update {args.until} "
-                            f"(kept: {', '.join(p.name for p in kept) or 'none'})")
-        paths = paths[-args.last:]
-        if len(paths) < args.last:
-            print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}"
-                  + ("" if args.until is None else f" up to update {args.until}"),
-                  file=sys.stderr)
-        out = average_checkpoints(paths, checkpoint_dir(run_dir) / args.output)
-    print(f"averaged {', '.join(p.name for p in paths)} -> {out}")
-
-
 def _plot(args: argparse.Namespace) -> None:
     if args.run_dir == "positional":
         from transduce.visualize.positional import plot_positional
@@ -283,20 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     average = commands.add_parser(
         "average", help="average the last N checkpoints of a run (the paper's final step)")
-    average.add_argument("run_dir", metavar="RUN_DIR",
-                         help="a run directory of transduce train; the average goes into its "
-                              "checkpoints/averaged, which translate and evaluate then use")
-    average.add_argument("--last", type=at_least(1), default=5,
-                         help="how many of the last update checkpoints (default: 5)")
-    average.add_argument("--until", type=at_least(0), metavar="UPDATE",
-                         help="the last N kept at or before this update, not the latest: a "
-                              "run as if stopped there (default: the latest)")
-    average.add_argument("-o", "--output", type=averaged_name, default="averaged",
-                         metavar="NAME",
-                         help="the checkpoint to write, in the run's checkpoints/; translate "
-                              "and evaluate use it with --checkpoint NAME (default: averaged, "
-                              "which they use by default)")
-    average.set_defaults(run=_average)
+    add_average_options(average)
+    average.set_defaults(run=average_command.average)
 
     plot = commands.add_parser(
         "plot", help="draw a run's training curves, or the positional encoding, as a PNG",

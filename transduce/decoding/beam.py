@@ -268,14 +268,16 @@ def sentences_done(heaps: list[list[Hypothesis]], ended: list[int], scores: Tens
     beam_size finished hypotheses (with constraints, that have met them). Under every rule, also
     those where no beam can go on (past the length limit), however few they hold: a sentence
     whose hypotheses all missed its constraints (continuous batching has no other bound)."""
-    stuck = scores.max(dim=1).values == float("-inf")  # past the limit: ends, whatever it holds
+    best = scores.max(dim=1).values
+    stuck = best == float("-inf")  # past the limit: ends, whatever it holds
     if decode.stopping == "finished":
         return stuck | torch.tensor(ended, device=scores.device).ge(decode.beam_size)
     alpha, form = decode.length_penalty, decode.length_normalization
     exact = decode.stopping == "exact"
-    contenders = scores if table is None or exact else lexical.contenders(scores, progress, table)
+    if table is not None and not exact:  # only the beams that have met the constraints
+        best = lexical.contenders(scores, progress, table).max(dim=1).values
     done = stuck.cpu()
-    best_live = contenders.max(dim=1).values.tolist()  # log-probabilities: they only fall
+    best_live = best.tolist()  # log-probabilities: they only fall
     for row, heap in enumerate(heaps):
         if done[row] or len(heap) < nbest:
             continue

@@ -168,15 +168,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return root / name if name else None
 
 
-def update_checkpoints(run_dir: Path) -> list[Path]:
-    """The kept update checkpoints, oldest first."""
+def update_checkpoints(run_dir: Path, until: int | None = None) -> list[Path]:
+    """The kept update checkpoints, oldest first; with `until`, those at or before it."""
     root = checkpoint_dir(run_dir)
-    return sorted(p for p in root.glob("update_*") if (p / WEIGHTS).is_file())
-
-
-def update_number(checkpoint: Path) -> int:
-    """The update an update checkpoint was written at: 7000 for update_0007000."""
-    return int(Path(checkpoint).name.removeprefix("update_"))
+    return sorted(p for p in root.glob("update_*") if (p / WEIGHTS).is_file()
+                  and (until is None or int(p.name.removeprefix("update_")) <= until))
 
 
 def model_checkpoint(run_dir: Path) -> Path:
