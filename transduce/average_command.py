@@ -52,8 +52,8 @@ def average(args: argparse.Namespace) -> None:
         paths = update_checkpoints(run_dir, until=args.until)
         if not paths:
             kept = ", ".join(p.name for p in update_checkpoints(run_dir)) or "none"
-            raise UserError(f"{run_dir}: no update checkpoint at or before update {args.until} "
-                            f"(kept: {kept})")
+            where = "" if args.until is None else f" at or before update {args.until}"
+            raise UserError(f"{run_dir}: no update checkpoint{where} (kept: {kept})")
         paths = paths[-args.last:]
         if len(paths) < args.last:
             print(f"transduce: note: only {len(paths)} checkpoints kept in {args.run_dir}"
