@@ -25,7 +25,7 @@ FLOORS = [
     ("decoding", {"decoding"}),
     ("training", {"training"}),
     ("commands", {"api", "cli", "quickstart", "translate_command", "search_options",
-                  "evaluate_command",
+                  "evaluate_command", "average_command",
                   "score_command", "serve_command",
                   "models_command", "serve", "export", "engines", "importers", "visualize",
                   "__main__"}),
