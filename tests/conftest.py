@@ -8,6 +8,7 @@ import torch._dynamo.config
 
 from transduce import ModelConfig, Transformer, kernels
 from transduce.kernels import linear as linear_kernels
+from transduce.kernels import openblas as openblas_kernels
 
 PAD = 1
 
@@ -84,21 +85,34 @@ def _seed():
     pytest.param(path, marks=() if path == kernels.default_path() else pytest.mark.slow)
     for path in kernels.available()])
 def kernel_path(request, monkeypatch):
-    """Each kernel path this PyTorch has (reference, mkl, onednn), whatever this machine's CPU
-    would pick: a test taking this fixture runs once under each. The kernel, model and decoding
-    tests take it for all their tests (their conftest.py). The paths this CPU does not pick
-    are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one. On the oneDNN
-    path the size from which a layer goes to oneDNN is scaled to the tests' small models
-    (`TEST_ONEDNN_FROM`), so that they too have layers on both sides of it."""
+    """Each kernel path this installation has (reference, mkl, onednn, openblas), whatever this
+    machine's CPU would pick: a test taking this fixture runs once under each. The kernel, model
+    and decoding tests take it for all their tests (their conftest.py). The paths this CPU does
+    not pick are `slow`: the quick loop (-m "not slow") runs the CPU's own, CI every one. The
+    sizes from which a layer goes to oneDNN or to OpenBLAS on their paths are scaled to the
+    tests' small models (`TEST_ONEDNN_FROM`, `TEST_OPENBLAS_FROM`), so that they too have layers
+    on both sides of them; and OpenBLAS's path runs on one thread, as it multiplies only for a
+    caller on one (transduce.kernels.openblas)."""
     monkeypatch.setattr(linear_kernels, "ONEDNN_FROM", TEST_ONEDNN_FROM)
-    with kernels.using(request.param):
-        yield request.param
+    monkeypatch.setattr(openblas_kernels, "FROM_FEATURES", TEST_OPENBLAS_FROM)
+    threads = torch.get_num_threads()
+    if request.param == "openblas":
+        torch.set_num_threads(1)
+    try:
+        with kernels.using(request.param):
+            yield request.param
+    finally:
+        torch.set_num_threads(threads)
 
 
 # weight elements from which a layer goes to oneDNN on its path, in the tests: `small_model`'s
 # feed-forward layers (48 x 32), packed projections (96 x 32) and output layer (50 x 32) go to
 # oneDNN, its attention's output projections (32 x 32) stay with MKL
 TEST_ONEDNN_FROM = 1536
+# output features from which a layer goes to OpenBLAS on its path, in the tests: `small_model`'s
+# output layer (50) and packed self-attention projections (96), not its feed-forward layers (48)
+# or cross-attention's projections (slices of the packed one)
+TEST_OPENBLAS_FROM = 50
 
 
 # for a test of a module whose tests run on every kernel path (tests/decoding, tests/model)

@@ -1,11 +1,13 @@
 import gc
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from transduce import kernels
 from transduce.kernels import linear as module
+from transduce.kernels import openblas
 from transduce.kernels.linear import Linear, linear, writes_into
 
 needs_onednn = pytest.mark.skipif("onednn" not in kernels.available(),
@@ -148,3 +150,96 @@ def test_packed_weights_are_reordered_once_and_follow_changes_in_place(counted):
         torch.testing.assert_close(made(x), F.linear(x, made.weight, made.bias),
                                    rtol=1e-5, atol=1e-5)
     assert id(made.weight) not in module._PACKED
+
+
+needs_openblas = pytest.mark.skipif("openblas" not in kernels.available(),
+                                    reason="numpy's BLAS is not OpenBLAS")
+
+
+@pytest.fixture
+def on_openblas(monkeypatch):
+    """How many products OpenBLAS made, with its path chosen whatever this CPU, on one thread."""
+    count, real = [0], openblas.transposed
+
+    def counting(weight):
+        count[0] += 1
+        return real(weight)
+
+    monkeypatch.setattr(openblas, "transposed", counting)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with kernels.using("openblas"):
+            yield count
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_openblas
+@pytest.mark.parametrize("shape", [(7, 128), (3, 5, 128), (1, 128), (0, 128)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_an_output_layer_on_openblas_equals_f_linear(shape, bias, on_openblas):
+    """From `FROM_FEATURES` output features a layer is multiplied on OpenBLAS: returned, written
+    into a buffer, or as the operator of a compiled graph, for inputs of any layout."""
+    layer = Linear(128, openblas.FROM_FEATURES, bias=bias)
+    x, strided = torch.randn(*shape), torch.randn(128, *shape[:-1]).movedim(0, -1)
+    with torch.no_grad():
+        for inputs in (x, strided):
+            expected = F.linear(inputs, layer.weight, layer.bias)
+            torch.testing.assert_close(layer(inputs), expected, rtol=1e-5, atol=1e-5)
+        assert on_openblas[0] == (2 if shape[0] else 0)  # an empty batch stays with F.linear
+        if len(shape) == 2:
+            out = torch.full((shape[0] + 2, len(layer.weight)), float("nan"))[: shape[0]]
+            assert layer(x, out=out).data_ptr() == out.data_ptr() and writes_into(layer)
+            torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-5)
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda x: torch.relu(layer(x)), dynamic=True,
+                                     options={"cpp_wrapper": True})
+            before = on_openblas[0]
+            torch.testing.assert_close(compiled(x), torch.relu(F.linear(x, layer.weight,
+                                                                        layer.bias)),
+                                       rtol=1e-5, atol=1e-5)
+            assert on_openblas[0] > before or not shape[0]
+
+
+@needs_openblas
+def test_openblas_takes_only_wide_layers_on_one_thread_without_gradients(on_openblas):
+    """Narrower layers, a part of a layer's features, training, another dtype and a caller on
+    two threads stay with F.linear (MKL)."""
+    wide, narrow = Linear(64, openblas.FROM_FEATURES), Linear(64, openblas.FROM_FEATURES - 1)
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        narrow(x), wide(x, slice(0, 10))
+        wide.to(torch.bfloat16)(x.bfloat16())
+        wide.float()
+    assert on_openblas[0] == 0
+    x.requires_grad_(True)
+    wide(x).sum().backward()
+    assert on_openblas[0] == 0 and x.grad is not None
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        torch.testing.assert_close(wide(x), F.linear(x, wide.weight, wide.bias))
+    assert on_openblas[0] == 0
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        wide(x)
+    assert on_openblas[0] == 1
+
+
+@needs_openblas
+def test_transposed_weights_are_made_once_and_follow_changes_in_place():
+    """A weight is transposed at its first product and kept; loaded into in place (a new
+    version), it is transposed again; gone, so is its copy."""
+    layer = Linear(16, openblas.FROM_FEATURES)
+    first = openblas.transposed(layer.weight)
+    assert openblas.transposed(layer.weight) is first
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    again = openblas.transposed(layer.weight)
+    assert again is not first
+    np.testing.assert_array_equal(again, layer.weight.detach().t().numpy())
+    key = id(layer.weight)
+    del layer
+    gc.collect()
+    assert key not in openblas._TRANSPOSED

@@ -80,8 +80,8 @@ def _switch(tmp_path: Path, value: str, code: str) -> subprocess.CompletedProces
 def test_an_unknown_switch_value_warns_and_keeps_the_default(tmp_path):
     done = _switch(tmp_path, "quick", "from transduce import kernels; print(kernels.path())")
     assert done.stdout.strip() == kernels.default_path()
-    assert "TRANSDUCE_KERNELS='quick' is not one of auto, fast, reference, mkl, onednn" in (
-        done.stderr)
+    assert ("TRANSDUCE_KERNELS='quick' is not one of auto, fast, reference, mkl, onednn, "
+            "openblas") in done.stderr
 
 
 @pytest.mark.parametrize("value", ["reference", " Reference "])
@@ -112,8 +112,10 @@ def test_use_switches_paths_at_run_time():
 
 
 def test_the_default_follows_the_cpu(monkeypatch):
-    """oneDNN on an AMD CPU with AVX-512, MKL elsewhere (docs/speed.md)."""
-    cpus = {("AuthenticAMD", "fpu avx2 avx512f"): "onednn", ("AuthenticAMD", "fpu avx2"): "mkl",
+    """oneDNN on an AMD CPU with AVX-512, OpenBLAS's output layer on one without, MKL elsewhere
+    (docs/speed.md)."""
+    cpus = {("AuthenticAMD", "fpu avx2 avx512f"): "onednn",
+            ("AuthenticAMD", "fpu avx2"): "openblas",
             ("GenuineIntel", "avx2 avx512f amx_tile"): "mkl", ("", ""): "mkl"}
     for (vendor, flags), expected in cpus.items():
         fields = {"vendor_id": vendor, "flags": flags}

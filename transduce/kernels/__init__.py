@@ -3,7 +3,8 @@
 The model, the loss and the search compute what the paper says with plain PyTorch; where a faster
 kernel computes the same thing on some hardware, they call this package instead:
 
-- `linear`: float32 inference products on MKL (PyTorch's own `F.linear`) or on oneDNN;
+- `linear`: float32 inference products on MKL (PyTorch's own `F.linear`), on oneDNN, or a
+  vocabulary's output layer on OpenBLAS, numpy's BLAS (`openblas`);
 - `dropout`: a dropout mask drawn four elements per random number on CPU (`Dropout`);
 - `attention`: PyTorch's fused scaled-dot-product kernel, where it pays;
 - `small_products`: attention's batched products too small for PyTorch's vectorised CPU kernel;
@@ -14,10 +15,11 @@ Which path runs is chosen at run time, by `use(path)` or by the environment vari
 TRANSDUCE_KERNELS (read when this package is imported):
 
 - `auto` (the default; `fast` is the same): the fast kernels, the float32 products on the
-  library this CPU runs fastest: oneDNN on an AMD CPU with AVX-512, MKL elsewhere
-  (`default_path`, docs/speed.md);
-- `mkl` or `onednn`: the fast kernels, the float32 products forced onto that library (both run on
-  any x86-64 CPU; `onednn` needs a PyTorch built with it: `available()`);
+  library this CPU runs fastest: oneDNN on an AMD CPU with AVX-512, MKL with the output layer on
+  OpenBLAS on an AMD CPU without it, MKL elsewhere (`default_path`, docs/speed.md);
+- `mkl`, `onednn` or `openblas`: the fast kernels, the float32 products forced onto that library
+  (`openblas`: the output layer, the rest on MKL; all run on any x86-64 CPU; `onednn` needs a
+  PyTorch built with it, `openblas` a numpy whose BLAS is OpenBLAS: `available()`);
 - `reference`: plain PyTorch everywhere (`F.linear`, `F.dropout`, attention written out, the loss
   from the logits): slower, and the same results up to float rounding and other dropout masks.
 
@@ -34,7 +36,7 @@ import warnings
 from collections.abc import Iterator
 
 SWITCH = "TRANSDUCE_KERNELS"
-PATHS = ("reference", "mkl", "onednn")  # what `path()` can be
+PATHS = ("reference", "mkl", "onednn", "openblas")  # what `path()` can be
 CHOICES = ("auto", "fast", *PATHS)  # what the switch accepts
 
 
@@ -53,13 +55,17 @@ def cpu_info(field: str) -> str:
 
 @functools.cache
 def available() -> tuple[str, ...]:
-    """The paths this PyTorch build has: reference and mkl always (mkl: PyTorch's own float32
-    product, MKL's on x86), onednn where PyTorch has oneDNN's linear kernel."""
+    """The paths this installation has: reference and mkl always (mkl: PyTorch's own float32
+    product, MKL's on x86), onednn where PyTorch has oneDNN's linear kernel, openblas where
+    numpy's BLAS is OpenBLAS."""
     import torch
 
-    onednn = (torch.backends.mkldnn.is_available()
-              and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-    return PATHS if onednn else PATHS[:2]
+    from transduce.kernels import openblas
+
+    has = {"onednn": (torch.backends.mkldnn.is_available()
+                      and hasattr(torch.ops.mkldnn, "_linear_pointwise")),
+           "openblas": openblas.available()}
+    return tuple(path for path in PATHS if has.get(path, True))
 
 
 @functools.cache
@@ -67,11 +73,13 @@ def default_path() -> str:
     """The path `auto` means on this machine. MKL runs its AVX2 code on AMD processors; oneDNN
     uses AVX-512 there when the CPU has it, and its linear kernel was faster at every shape of
     the decoder on an AVX-512 EPYC. On an AVX2-only EPYC oneDNN is the slower (packed, no faster
-    in whole searches), and on Intel processors MKL runs its own AVX-512 code and is as fast or
+    in whole searches), but OpenBLAS multiplies the output layer 1.4-2.1x as fast as MKL (the
+    other layers no faster); on Intel processors MKL runs its own AVX-512 code and is as fast or
     faster (docs/speed.md)."""
-    amd_avx512 = (cpu_info("vendor_id") == "AuthenticAMD"
-                  and "avx512f" in cpu_info("flags").split())
-    return "onednn" if amd_avx512 and "onednn" in available() else "mkl"
+    if cpu_info("vendor_id") != "AuthenticAMD":
+        return "mkl"
+    best = "onednn" if "avx512f" in cpu_info("flags").split() else "openblas"
+    return best if best in available() else "mkl"
 
 
 def resolve(choice: str) -> str:
@@ -83,8 +91,10 @@ def resolve(choice: str) -> str:
     if value in ("auto", "fast"):
         return default_path()
     if value not in available():
-        raise ValueError(f"{SWITCH}={choice!r}: this PyTorch has no oneDNN linear kernel; use "
-                         f"one of {', '.join(available())}")
+        lacks = {"onednn": "this PyTorch has no oneDNN linear kernel",
+                 "openblas": "numpy's BLAS is not OpenBLAS (or threadpoolctl is missing)"}
+        raise ValueError(f"{SWITCH}={choice!r}: {lacks[value]}; use one of "
+                         f"{', '.join(available())}")
     return value
 
 
@@ -100,7 +110,7 @@ _PATH: str | None = None  # resolved on first use: importing this package import
 
 
 def path() -> str:
-    """The path in use: "reference", "mkl" or "onednn"."""
+    """The path in use: "reference", "mkl", "onednn" or "openblas"."""
     global _PATH
     if _PATH is None:
         _PATH = _from_environment()

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce import kernels
+from transduce.kernels import openblas
 
 # weight elements from which the oneDNN path multiplies on oneDNN (see the module)
 ONEDNN_FROM = 1 << 17
@@ -54,15 +55,30 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None,
     """`F.linear(x, weight[features], bias[features])` (all of them: features None), on oneDNN
     for float32 CPU tensors when the rows are enough (`on_onednn`) and no gradient is due (and
     autocast does not ask for another precision)."""
-    if (on_onednn(weight, features)  # training leaves at the next test: gradients are due
-            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-            and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
-            and not torch.is_autocast_enabled("cpu")):
+    if on_openblas(weight, features) and _inference_float32(x, weight):
+        if torch.compiler.is_compiling():
+            return torch.ops.transduce.openblas_linear(x, weight, bias)
+        return openblas.linear(x, weight, bias)
+    if on_onednn(weight, features) and _inference_float32(x, weight):
         start, stop = _span(weight, features)
         if torch.compiler.is_compiling():
             return torch.ops.transduce.onednn_linear(x, weight, bias, start, stop)
         return _on_onednn(x, weight, bias, start, stop)
     return F.linear(x, *_rows(weight, bias, features))
+
+
+def on_openblas(weight: Tensor, features: slice | None = None) -> bool:
+    """Whether a float32 inference product with the whole weight (`features` None) goes to
+    OpenBLAS (the path's choice and its output features; `linear` checks the rest)."""
+    return kernels.path() == "openblas" and features is None and openblas.pays(weight)
+
+
+def _inference_float32(x: Tensor, weight: Tensor) -> bool:
+    """A float32 CPU product with no gradient due (training leaves at the first test) that
+    autocast does not ask in another precision: what oneDNN's and OpenBLAS's paths take."""
+    return (not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
+            and not torch.is_autocast_enabled("cpu"))
 
 
 def _span(weight: Tensor, features: slice | None) -> tuple[int, int]:
@@ -177,6 +193,10 @@ class Linear(nn.Linear):
         oneDNN, which cannot, copied there) and returned."""
         if out is None:
             return linear(x, self.weight, self.bias, features)
+        if on_openblas(self.weight, features) and _inference_float32(x, self.weight):
+            if torch.compiler.is_compiling():
+                return out.copy_(torch.ops.transduce.openblas_linear(x, self.weight, self.bias))
+            return openblas.linear(x, self.weight, self.bias, out=out)
         if (x.dim() == 2 and out.dtype == x.dtype
                 and (not on_onednn(self.weight, features) or torch.compiler.is_compiling())):
             return linear_into(x, *_rows(self.weight, self.bias, features), out)
