@@ -73,9 +73,9 @@ def default_path() -> str:
     """The path `auto` means on this machine. MKL runs its AVX2 code on AMD processors; oneDNN
     uses AVX-512 there when the CPU has it, and its linear kernel was faster at every shape of
     the decoder on an AVX-512 EPYC. On an AVX2-only EPYC oneDNN is the slower (packed, no faster
-    in whole searches), but OpenBLAS multiplies the output layer 1.4-2.1x as fast as MKL (the
-    other layers no faster); on Intel processors MKL runs its own AVX-512 code and is as fast or
-    faster (docs/speed.md)."""
+    in whole searches), but OpenBLAS multiplies the output layer 1.2-2.2x as fast as MKL (the
+    other layers no faster; greedy search 1.17x); on Intel processors MKL runs its own AVX-512
+    code and is as fast or faster (docs/speed.md)."""
     if cpu_info("vendor_id") != "AuthenticAMD":
         return "mkl"
     best = "onednn" if "avx512f" in cpu_info("flags").split() else "openblas"

@@ -3,10 +3,11 @@
 On an AVX2-only AMD EPYC, MKL's product with an output layer (8,000 x 128 or x 512) copied the
 weight into its own blocks at every call for about as long as it multiplied (`sgemm_scopy`,
 under `perf`), and ran at 24-37 GFLOP/s at a search's row counts; OpenBLAS, which numpy ships,
-given the weight transposed once, ran the same products 1.4-2.1x as fast on one thread (2 to
-256 rows), and the narrower layers at 0.5-1.5x of MKL's speed (docs/speed.md). So on the
+given the weight transposed once, ran the same products 1.2-2.2x as fast on one thread (16
+to 256 rows), and the narrower layers at 0.66-1.39x of MKL's speed (docs/speed.md). So on the
 `openblas` kernel path (transduce.kernels) a layer of `FROM_FEATURES` output features or more
-is multiplied here, the others on MKL.
+is multiplied here, the others on MKL: greedy search 1.17x as fast there, eager and compiled,
+beam search (five times the rows) unchanged.
 
 OpenBLAS keeps threads of its own, which would contend with PyTorch's: a product comes here
 only from a caller on one thread (`torch.get_num_threads() == 1`: each of `translate`'s
