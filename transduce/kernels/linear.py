@@ -1,4 +1,4 @@
-"""Linear layers whose float32 inference products run on MKL or on oneDNN, as chosen.
+"""Linear layers whose float32 inference products run on MKL, on oneDNN or on OpenBLAS, as chosen.
 
 PyTorch multiplies float32 matrices on a CPU with MKL, and MKL runs its AVX2 code on AMD
 processors. oneDNN, which PyTorch ships as well, uses AVX-512 there when the CPU has it. The path
@@ -14,7 +14,9 @@ order of summation). The oneDNN kernel has no backward pass, so training, and an
 needs gradients, keeps `F.linear`; bfloat16 and float16 already reach oneDNN through it. Inside a
 region `torch.compile` traces, a layer that would go to oneDNN is the custom operator
 `transduce::onednn_linear` (Inductor calls it as it is; it cannot lower oneDNN's own op), the
-others `F.linear`, which Inductor lowers.
+others `F.linear`, which Inductor lowers. On the OpenBLAS path an output layer (`FROM_FEATURES`
+output features or more) goes to OpenBLAS, the rest stays with MKL (transduce.kernels.openblas;
+in a compiled region the operator `transduce::openblas_linear`).
 
 A product written into a buffer (a search step's logits) with many output features, the output
 layer of a large vocabulary, is computed a block of features at a time: MKL's single product
@@ -52,9 +54,9 @@ def on_onednn(weight: Tensor, features: slice | None = None) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None,
            features: slice | None = None) -> Tensor:
-    """`F.linear(x, weight[features], bias[features])` (all of them: features None), on oneDNN
-    for float32 CPU tensors when the rows are enough (`on_onednn`) and no gradient is due (and
-    autocast does not ask for another precision)."""
+    """`F.linear(x, weight[features], bias[features])` (all of them: features None), on OpenBLAS
+    or oneDNN for float32 CPU tensors when the path and the layer's size say so (`on_openblas`,
+    `on_onednn`) and no gradient is due (and autocast does not ask for another precision)."""
     if on_openblas(weight, features) and _inference_float32(x, weight):
         if torch.compiler.is_compiling():
             return torch.ops.transduce.openblas_linear(x, weight, bias)
