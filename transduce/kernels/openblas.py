@@ -68,14 +68,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = 
         return result if out is None else out.copy_(result)
     _one_thread()
     rows = x.reshape(-1, x.shape[-1]).contiguous()
-    target = out if out is not None and out.is_contiguous() else None
-    result = torch.empty(len(rows), len(weight)) if target is None else target
-    np.matmul(rows.numpy(), transposed(weight), out=result.numpy())
+    into = (out if out is not None and out.is_contiguous()
+            else torch.empty(len(rows), len(weight)))  # NumPy writes only contiguous arrays
+    np.matmul(rows.numpy(), transposed(weight), out=into.numpy())
     if bias is not None:
-        result += bias
-    if out is not None:
-        return out if target is not None else out.copy_(result)
-    return result.view(*x.shape[:-1], len(weight))
+        into += bias
+    if out is None:
+        return into.view(*x.shape[:-1], len(weight))
+    return out if into is out else out.copy_(into)
 
 
 # the transposed weights: id(weight) -> (a weak reference to it, its version when transposed,
