@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from transduce import kernels
 from transduce.kernels import linear as module
-from transduce.kernels import openblas
+from transduce.kernels import openblas, weight_copies
 from transduce.kernels.linear import Linear, linear, writes_into
 
 needs_onednn = pytest.mark.skipif("onednn" not in kernels.available(),
@@ -140,16 +140,17 @@ def test_packed_weights_are_reordered_once_and_follow_changes_in_place(counted):
             torch.testing.assert_close(layer(x, part), F.linear(
                 x, layer.weight[part], layer.bias[part]), rtol=1e-5, atol=1e-5)
         assert module.packed(layer.weight, 0, 1024) is module.packed(layer.weight, 0, 1024)
+    assert weight_copies.copies(layer.weight) == {
+        ("onednn", 0, 2048), ("onednn", 0, 1024), ("onednn", 1024, 2048)}
     key = id(layer.weight)
-    assert set(module._PACKED[key][1]) == {(0, 2048), (0, 1024), (1024, 2048)}
     del layer
     gc.collect()
-    assert key not in module._PACKED
+    assert key not in weight_copies._KEPT
     with torch.inference_mode():  # weights without a version counter: used as they are
         made = Linear(128, 2048)
         torch.testing.assert_close(made(x), F.linear(x, made.weight, made.bias),
                                    rtol=1e-5, atol=1e-5)
-    assert id(made.weight) not in module._PACKED
+    assert not weight_copies.copies(made.weight)
 
 
 needs_openblas = pytest.mark.skipif("openblas" not in kernels.available(),
@@ -239,7 +240,8 @@ def test_transposed_weights_are_made_once_and_follow_changes_in_place():
     again = openblas.transposed(layer.weight)
     assert again is not first
     np.testing.assert_array_equal(again, layer.weight.detach().t().numpy())
+    assert weight_copies.copies(layer.weight) == {"openblas"}
     key = id(layer.weight)
     del layer
     gc.collect()
-    assert key not in openblas._TRANSPOSED
+    assert key not in weight_copies._KEPT

@@ -26,14 +26,12 @@ blocks of 2,048 features, whose results stay in the cache (docs/speed.md).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transduce import kernels
-from transduce.kernels import openblas
+from transduce.kernels import openblas, weight_copies
 
 # weight elements from which the oneDNN path multiplies on oneDNN (see the module)
 ONEDNN_FROM = 1 << 17
@@ -115,29 +113,15 @@ def _on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None, start: int, stop:
     return out.view(*x.shape[:-1], stop - start)
 
 
-# the packed weights: id(weight) -> (a weak reference to it, {(start, stop): (its version when
-# packed, the packed rows)}); an entry leaves with its weight
-_PACKED: dict[int, tuple[weakref.ref, dict[tuple[int, int], tuple[int, Tensor]]]] = {}
-
-
 def packed(weight: Tensor, start: int = 0, stop: int | None = None) -> Tensor:
     """Rows start:stop of a weight in oneDNN's blocked layout, reordered at the first call and
-    kept while the weight lives and is not changed in place (its version counter: loading new
-    weights into it, an optimizer's step), so that a product does not reorder it every time; an
-    inference tensor's (which has no version counter), as it is."""
+    kept (transduce.kernels.weight_copies), so that a product does not reorder it every time;
+    an inference tensor's (which has no version counter to tell a change by), as it is."""
     stop = len(weight) if stop is None else stop
-    if weight.is_inference():  # made under torch.inference_mode: no version to tell a change
-        return weight[start:stop]  # by, so reordered at every product, as unpacked ones are
-    key = id(weight)
-    held = _PACKED.get(key)
-    if held is None or held[0]() is not weight:
-        held = _PACKED[key] = (weakref.ref(weight), {})
-        weakref.finalize(weight, _PACKED.pop, key, None)
-    version, rows = held[1].get((start, stop), (None, None))
-    if version != weight._version:
-        rows = torch.ops.mkldnn._reorder_linear_weight(weight.detach()[start:stop])
-        held[1][start, stop] = (weight._version, rows)
-    return rows
+    if weight.is_inference():
+        return weight[start:stop]  # reordered at every product, as unpacked ones are
+    return weight_copies.kept(weight, ("onednn", start, stop),
+                              lambda w: torch.ops.mkldnn._reorder_linear_weight(w[start:stop]))
 
 
 @torch.library.custom_op("transduce::onednn_linear", mutates_args=())

@@ -19,12 +19,13 @@ included. Results are those of `F.linear` up to float32 rounding (another order 
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from transduce.kernels import weight_copies
 
 FROM_FEATURES = 4096  # output features from which a layer is multiplied here (see the module)
 
@@ -78,22 +79,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor | None = 
     return out if into is out else out.copy_(into)
 
 
-# the transposed weights: id(weight) -> (a weak reference to it, its version when transposed,
-# the transposed copy as a NumPy array); an entry leaves with its weight
-_TRANSPOSED: dict[int, tuple[weakref.ref, int, np.ndarray]] = {}
-
-
 def transposed(weight: Tensor) -> np.ndarray:
     """The weight (features, in) as a contiguous (in, features) array, made at the first product
-    and kept while the weight lives and is not changed in place (its version counter)."""
-    key = id(weight)
-    held = _TRANSPOSED.get(key)
-    if held is None or held[0]() is not weight or held[1] != weight._version:
-        if held is None or held[0]() is not weight:
-            weakref.finalize(weight, _TRANSPOSED.pop, key, None)
-        held = _TRANSPOSED[key] = (weakref.ref(weight), weight._version,
-                                   weight.detach().t().contiguous().numpy())
-    return held[2]
+    and kept (transduce.kernels.weight_copies)."""
+    return weight_copies.kept(weight, "openblas", lambda w: w.t().contiguous().numpy())
 
 
 @torch.library.custom_op("transduce::openblas_linear", mutates_args=())
