@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo.config
+import torch._inductor.config
 
 from transduce import ModelConfig, Transformer, kernels
 from transduce.kernels import linear as linear_kernels
@@ -26,6 +27,11 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_name, str(_threads))
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    # and Inductor compiles in the process, not in a pool of its own (one per process that
+    # compiles, started at its first graph: a compiled greedy search of the small model, from
+    # an empty cache, 110 s in the process against 128 s with a pool of two)
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the commands it starts
+    torch._inductor.config.compile_threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
 
 # a compiled function that has reached Dynamo's limit of graphs runs eagerly, with a warning
 # only: in a test of the compiled search that is an error, not an eager search that passes
@@ -81,9 +87,12 @@ def _seed():
     torch.manual_seed(0)
 
 
-@pytest.fixture(params=[
-    pytest.param(path, marks=() if path == kernels.default_path() else pytest.mark.slow)
-    for path in kernels.available()])
+# each kernel path this installation has; those this CPU does not pick, `slow`
+PATH_PARAMS = [pytest.param(path, marks=() if path == kernels.default_path() else pytest.mark.slow)
+               for path in kernels.available()]
+
+
+@pytest.fixture(params=PATH_PARAMS)
 def kernel_path(request, monkeypatch):
     """Each kernel path this installation has (reference, mkl, onednn, openblas), whatever this
     machine's CPU would pick: a test taking this fixture runs once under each. The kernel, model
@@ -119,6 +128,14 @@ TEST_OPENBLAS_FROM = 50
 # that checks what does not change with the path (a command, what the search does around the
 # model): on this CPU's own path only
 own_path_only = pytest.mark.parametrize("kernel_path", [kernels.default_path()], indirect=True)
+
+# for a test of them that, on the reference path, would run what MKL's path runs again (the
+# compiled search of the tests' small models: the same graphs, Inductor's cache finds the one
+# in the other; searches on threads: PyTorch's own operations, no weights' copies kept between
+# calls): every path but the reference
+fast_paths_only = pytest.mark.parametrize(
+    "kernel_path", [param for param in PATH_PARAMS if param.values[0] != "reference"]
+    or [kernels.default_path()], indirect=True)
 
 
 def small_config(**overrides) -> ModelConfig:

@@ -4,9 +4,10 @@ in a batch on that path too. Compiling takes a while (Inductor, C++): one module
 
 What a kernel path changes is what is compiled (its products and attention): the greedy and beam
 searches (greedy with its prefixes and minimum length) are compared with the eager ones on every
-path (tests/decoding/conftest.py); the tests of what the search does around the step (a sentence
-alone, beam prefixes, sampling, ensembles, the command, no second graph) run on this machine's
-own path only, each of them tens of seconds."""
+fast path (the reference path's graphs are MKL's: tests/conftest.py `fast_paths_only`); the
+tests of what the search does around the step (a sentence alone, beam prefixes, sampling,
+ensembles, the command, no second graph) run on this machine's own path only, each of them tens
+of seconds."""
 
 import pytest
 import torch
@@ -15,7 +16,15 @@ from transduce.cli import main
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.translator import Translator
 
-from ..conftest import beam_with, draw_with, greedy_with, own_path_only, random_tokens, small_model
+from ..conftest import (
+    beam_with,
+    draw_with,
+    fast_paths_only,
+    greedy_with,
+    own_path_only,
+    random_tokens,
+    small_model,
+)
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
 
 pytestmark = pytest.mark.slow  # Inductor compiles C++ for each: tens of seconds a test
@@ -46,6 +55,7 @@ def src():
 LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
 
 
+@fast_paths_only
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
     """Greedy tokens come `greedy_block` at a time from one graph: outputs end inside blocks, at
     their limits, not before the minimum length, and after forced prefixes as eager ones."""
@@ -60,6 +70,7 @@ def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
     assert [list(h[0].tokens) for h in beam_one] == eager
 
 
+@fast_paths_only
 def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
     eager = beam_with(model, src, beam_size=3, nbest=2, **LIMITS)
     compiled = beam_with(Compiled(model), src, beam_size=3, nbest=2, **LIMITS)

@@ -14,7 +14,10 @@ from transduce.decoding.parallel import at_once, check_searches, threads_each
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 
+from ..conftest import fast_paths_only
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
+
+pytestmark = fast_paths_only  # on threads, the reference path's operations are MKL's
 
 SENTENCES = ["seven", "ninety-nine", "one hundred and two", "forty-two", "", "three thousand",
              "eighty-one", "five hundred and six", "twelve", "sixty-six", "nine", "ten"]
