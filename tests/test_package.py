@@ -35,9 +35,7 @@ def test_the_wheel_installs_in_a_fresh_environment_and_runs_the_quickstart(tmp_p
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
-    # (--no-compile: modules compiled to bytecode when first imported, not all of torch's at
-    # install: 52 s against 78 for torch and the wheel)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     _run([*pip, "torch==2.13.0"])  # the local CPU wheel, not a CUDA build
     _run([*pip, str(wheel)])
     work = tmp_path / "elsewhere"  # not the source tree: the installed package runs
