@@ -2,12 +2,13 @@
 with finished sentences leaving the batch; beam 1 is greedy and a sentence alone is translated as
 in a batch on that path too. Compiling takes a while (Inductor, C++): one module, one model.
 
-What a kernel path changes is what is compiled (its products and attention): the greedy and beam
-searches (greedy with its prefixes and minimum length) are compared with the eager ones on every
-fast path (the reference path's graphs are MKL's: tests/conftest.py `fast_paths_only`); the
-tests of what the search does around the step (a sentence alone, beam prefixes, sampling,
-ensembles, the command, no second graph) run on this machine's own path only, each of them tens
-of seconds."""
+What a kernel path changes is what is compiled (its products and attention): the beam search's
+step is compared with the eager one on every fast path (the reference path's graphs are MKL's:
+tests/conftest.py `fast_paths_only`). Greedy search's graph of two steps unrolled holds the same
+products and attention, twice: it is compared on this machine's own path (each path's compiled
+products alone: tests/kernels/test_linear.py), as are the tests of what the search does around
+the step (a sentence alone, beam prefixes, sampling, ensembles, the command, no second graph),
+each of them tens of seconds; a graph compiled from an empty cache is 30-90 s."""
 
 import pytest
 import torch
@@ -55,7 +56,7 @@ def src():
 LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows leave
 
 
-@fast_paths_only
+@own_path_only
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
     """Greedy tokens come `greedy_block` at a time from one graph: outputs end inside blocks, at
     their limits, not before the minimum length, and after forced prefixes as eager ones."""

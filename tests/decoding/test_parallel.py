@@ -14,10 +14,12 @@ from transduce.decoding.parallel import at_once, check_searches, threads_each
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 
-from ..conftest import fast_paths_only
+from ..conftest import fast_paths_only, own_path_only
 from .test_translator import run_dir  # noqa: F401 (a module-scoped trained run)
 
-pytestmark = fast_paths_only  # on threads, the reference path's operations are MKL's
+# searches at once on every path but the reference (`fast_paths_only`: on threads, its
+# operations are MKL's), where a path's copies of weights are made on threads racing; the rest
+# (threads, the searches' own options at once) on this machine's path only
 
 SENTENCES = ["seven", "ninety-nine", "one hundred and two", "forty-two", "", "three thousand",
              "eighty-one", "five hundred and six", "twelve", "sixty-six", "nine", "ten"]
@@ -33,6 +35,7 @@ def two_threads():
     torch.set_num_threads(before)
 
 
+@own_path_only
 def test_work_runs_on_threads_of_their_own_with_their_share(two_threads):
     seen = []
 
@@ -49,6 +52,7 @@ def test_work_runs_on_threads_of_their_own_with_their_share(two_threads):
     assert torch.get_num_threads() == 2  # the caller's count, set back
 
 
+@own_path_only
 def test_an_error_reaches_the_caller_and_stops_the_rest(two_threads):
     started = []
 
@@ -64,6 +68,7 @@ def test_an_error_reaches_the_caller_and_stops_the_rest(two_threads):
     assert torch.get_num_threads() == 2
 
 
+@own_path_only
 def test_a_caller_that_stops_takes_no_more_items(two_threads):
     started, release = [], threading.Event()
 
@@ -82,6 +87,7 @@ def test_a_caller_that_stops_takes_no_more_items(two_threads):
     assert len(started) <= 3
 
 
+@own_path_only
 def test_searches_are_counted_and_checked():
     assert check_searches(0, torch.device("cpu")) == torch.get_num_threads()
     assert check_searches(3, torch.device("cpu")) == 3
@@ -92,6 +98,7 @@ def test_searches_are_counted_and_checked():
         check_searches(-1, torch.device("cpu"))
 
 
+@fast_paths_only
 @pytest.mark.parametrize("settings", [dict(beam_size=1), dict(beam_size=3, nbest=2),
                                       dict(beam_size=2, attention=True, scores=True)])
 def test_searches_at_once_find_what_one_at_a_time_finds(run_dir, two_threads, settings):  # noqa: F811
@@ -115,6 +122,7 @@ def test_searches_at_once_find_what_one_at_a_time_finds(run_dir, two_threads, se
             assert a.scores.token_log_probs == pytest.approx(b.scores.token_log_probs, abs=1e-4)
 
 
+@own_path_only
 def test_prefixes_glossaries_and_seeded_draws_at_once(run_dir, two_threads):  # noqa: F811
     one, many = Translator.load(run_dir), Translator.load(run_dir, searches=0)
     assert many.searches == 2
@@ -126,6 +134,7 @@ def test_prefixes_glossaries_and_seeded_draws_at_once(run_dir, two_threads):  # 
             one.translate(SENTENCES, **options, **SMALL_BATCHES)
 
 
+@own_path_only
 def test_a_compiled_model_gives_each_search_in_flight_buffers_of_its_own(run_dir):  # noqa: F811
     model = Translator.load(run_dir, compile=True).model
     src = torch.tensor([[5, 6, 7, 3]])
