@@ -21,6 +21,7 @@ import random
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import aiohttp
 from serve_load import SHARED, start_server
@@ -71,7 +72,8 @@ def main() -> None:
     parser.add_argument("--serve-options", nargs=argparse.REMAINDER, default=[],
                         help="passed on to transduce serve")
     args = parser.parse_args()
-    lines = [line for line in open(args.src, encoding="utf-8").read().splitlines() if line.strip()]
+    lines = [line for line in Path(args.src).read_text(encoding="utf-8").splitlines()
+             if line.strip()]
     setups = {"one server, 2 workers": [["--workers", "2"]],
               "two servers, 1 worker each": [["--threads", "1"]] * 2}
     for name, options in setups.items():

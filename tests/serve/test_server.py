@@ -140,8 +140,10 @@ def test_a_client_that_leaves_costs_the_others_nothing(server):
     """One request at a time (--no-batching): while the first is translated, the second waits
     in the queue; its client leaves; it is never translated, and the third is answered."""
     _, url = server("--no-batching", "--max-texts", "-1", "--max-chars", "-1")
-    first = [num2words(n) for n in range(300, 700)]
-    second = [num2words(n) for n in range(700, 800)]
+    # the first long enough to be in progress when the second arrives, on a loaded CI machine
+    # too (400 sentences were once translated before the second was read)
+    first = [num2words(n) for n in range(300, 1500)]
+    second = [num2words(n) for n in range(1500, 1600)]
 
     async def clients():
         async with httpx.AsyncClient(base_url=url, timeout=120) as client:
