@@ -17,33 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import re
 import subprocess
-import time
 from pathlib import Path
 
-import aiohttp
-from serve_load import SHARED, start_server
-
-
-async def load(urls: list[str], lines: list[str], seconds: float, clients: int) -> list[float]:
-    """Client i sends to urls[i % len(urls)]; the latencies of the requests."""
-    latencies, stop = [], time.monotonic() + seconds
-
-    async def client(i: int, http: aiohttp.ClientSession) -> None:
-        rng = random.Random(i)
-        while time.monotonic() < stop:
-            start = time.monotonic()
-            async with http.post(f"{urls[i % len(urls)]}/translate", json={
-                    "q": rng.choice(lines), "source": "en", "target": "de"}) as response:
-                response.raise_for_status()
-                await response.json()
-            latencies.append(time.monotonic() - start)
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
-        await asyncio.gather(*(client(i, http) for i in range(clients)))
-    return latencies
+from serve_load import SHARED, load, start_server
 
 
 def connections_per_process(port: int) -> list[int]:
@@ -55,9 +33,9 @@ def connections_per_process(port: int) -> list[int]:
 
 
 async def measured(urls: list[str], lines: list[str], seconds: float,
-                   clients: int) -> tuple[list[float], list[list[int]]]:
-    """`load`'s latencies, and each server's connections per process halfway through."""
-    running = asyncio.create_task(load(urls, lines, seconds, clients))
+                   clients: int) -> tuple[dict, list[list[int]]]:
+    """serve_load's figures, and each server's connections per process halfway through."""
+    running = asyncio.create_task(load(urls, lines, clients, seconds, ("en", "de")))
     await asyncio.sleep(seconds / 2)
     shares = [connections_per_process(int(url.rsplit(":", 1)[1])) for url in urls]
     return await running, shares
@@ -79,14 +57,12 @@ def main() -> None:
     for name, options in setups.items():
         servers = [start_server(args.model, [*o, *args.serve_options]) for o in options]
         urls = [url for _, url in servers]
-        asyncio.run(load(urls, lines, 8.0, args.clients))  # warming up
+        asyncio.run(load(urls, lines, args.clients, 8.0, ("en", "de")))  # warming up
 
-        latencies, shares = asyncio.run(measured(urls, lines, args.seconds, args.clients))
-        latencies.sort()
-        ms = {q: 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
-              for q in (0.5, 0.95, 0.99)}
-        print(f"{name}: {len(latencies) / args.seconds:.1f} requests/s, p50 / p95 / p99 "
-              f"{ms[0.5]:.0f} / {ms[0.95]:.0f} / {ms[0.99]:.0f} ms; connections per worker: "
+        found, shares = asyncio.run(measured(urls, lines, args.seconds, args.clients))
+        print(f"{name}: {found['requests/s']:.1f} requests/s, p50 / p95 / p99 "
+              + " / ".join(f"{1000 * found[q]:.0f}" for q in ("p50", "p95", "p99"))
+              + f" ms, {found['errors']} errors; connections per worker: "
               f"{[n for share in shares for n in share]}", flush=True)
         for process, _ in servers:
             process.terminate()

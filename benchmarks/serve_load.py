@@ -73,8 +73,10 @@ def peak_memory_mib(pid: int) -> float:
     return total / 1024
 
 
-async def load(url: str, sentences: list[str], clients: int, seconds: float,
+async def load(urls: list[str], sentences: list[str], clients: int, seconds: float,
                pair: tuple[str, str]) -> dict:
+    """Closed-loop clients, client i sending to urls[i % len(urls)] (one server, or several
+    sharing the clients: benchmarks/serve_balance.py)."""
     latencies: list[float] = []
     errors = 0
     stop = time.perf_counter() + seconds
@@ -86,7 +88,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float,
             sentence = rng.choice(sentences)
             start = time.perf_counter()
             try:
-                async with http.post(f"{url}/translate", json={
+                async with http.post(f"{urls[index % len(urls)]}/translate", json={
                         "q": sentence, "source": pair[0], "target": pair[1]}) as response:
                     await response.read()
                     ok = response.status == 200
@@ -166,9 +168,9 @@ def main() -> None:
                                                  str(args.threads), *options,
                                                  *args.serve_options])
         try:
-            asyncio.run(load(url, sentences[:50], 4, 3.0, pair))  # warm-up
+            asyncio.run(load([url], sentences[:50], 4, 3.0, pair))  # warm-up
             for clients in args.clients:
-                r = asyncio.run(load(url, sentences, clients, args.seconds, pair))
+                r = asyncio.run(load([url], sentences, clients, args.seconds, pair))
                 print(f"| {name} | {clients} | {r['requests/s']:.1f} | {r['requests/s']:.1f} | "
                       f"{1000 * r['p50']:.0f} | {1000 * r['p95']:.0f} | {1000 * r['p99']:.0f} | "
                       f"{r['errors']} | {peak_memory_mib(process.pid):.0f} MiB |", flush=True)
