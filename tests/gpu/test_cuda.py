@@ -1,7 +1,7 @@
-"""On a GPU: training resumes to the bit in each precision, DistributedDataParallel over NCCL
-takes the update of the plain model, and the search keeps its contracts (beam 1 = greedy,
-cached = uncached, a sentence alone = in its batch). Skipped where PyTorch sees no CUDA device
-(CI's machines); run them on one with `pytest tests/gpu`."""
+"""On a GPU: training resumes to the bit in each precision, DistributedDataParallel and FSDP2
+over NCCL take the update of the plain model, and the search keeps its contracts (beam 1 =
+greedy, cached = uncached, a sentence alone = in its batch). Skipped where PyTorch sees no
+CUDA device (CI's machines); run them on one with `pytest tests/gpu`."""
 
 import copy
 import os
@@ -70,13 +70,15 @@ def test_the_search_keeps_its_contracts_on_the_gpu():
     assert same >= len(src) - 1, f"{same} of {len(src)} as on the CPU"
 
 
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_distributed_data_parallel_over_nccl_takes_the_plain_update(precision, deterministic):
+def test_pytorchs_engines_over_nccl_take_the_plain_update(parallel, precision, deterministic):
     """One process in an NCCL group: DDP's buckets, summing hook and no_sync around the
-    accumulated batches give the gradients of the model alone, to the bit."""
+    accumulated batches, or FSDP2's gathered and reduce-scattered shards, give the gradients of
+    the model alone, to the bit."""
     import torch.distributed as dist
 
-    from transduce.training.parallel import DataParallel, Local
+    from transduce.training.parallel import DataParallel, FullyShardedParallel, Local
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -85,8 +87,9 @@ def test_distributed_data_parallel_over_nccl_takes_the_plain_update(precision, d
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=CUDA)
     try:
         model = small_model(dropout=0.0).train()
+        shared = {"ddp": DataParallel, "fsdp": FullyShardedParallel}[parallel]
         engines = [engine(Objective(copy.deepcopy(model).to(CUDA), label_smoothing=0.1), CUDA)
-                   for engine in (Local, DataParallel)]
+                   for engine in (Local, shared)]
         batches = [(random_tokens(8, 10), random_tokens(8, 9), random_tokens(8, 9))
                    for _ in range(3)]
         for engine in engines:
@@ -94,10 +97,12 @@ def test_distributed_data_parallel_over_nccl_takes_the_plain_update(precision, d
                 with engine.sync(last=i == len(batches) - 1), torch.autocast(
                         "cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
                     engine.objective(*(t.to(CUDA) for t in batch)).backward()
-        plain, ddp = (dict(e.model.named_parameters()) for e in engines)
+        plain, other = (dict(e.model.named_parameters()) for e in engines)
         for name, parameter in plain.items():
-            assert parameter.grad is not None and ddp[name].grad is not None, name
-            assert torch.equal(parameter.grad, ddp[name].grad), name
+            assert parameter.grad is not None and other[name].grad is not None, name
+            grad = other[name].grad
+            grad = grad.full_tensor() if hasattr(grad, "full_tensor") else grad  # FSDP's shard
+            assert torch.equal(parameter.grad, grad), name
         assert engines[1].sum(2.5) == 2.5
     finally:
         dist.destroy_process_group()
