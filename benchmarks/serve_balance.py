@@ -3,7 +3,8 @@ and what an even share would give: 32 closed-loop clients (LibreTranslate's POST
 test2016 sentence a request, keep-alive connections from one aiohttp pool, as
 benchmarks/serve_load.py's) against
 
-- one server of two worker processes (uvicorn's: both accept from one socket), and
+- one server of two worker processes (each on a socket of its own where the system spreads
+  connections by SO_REUSEPORT, transduce.serve.workers; else both on one), and
 - two servers of one worker each (one thread each, as a worker of the first has), 16 clients on
   each: the two workers' shares even by construction.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -70,6 +71,7 @@ def serve(args: argparse.Namespace) -> int:
         from transduce.serve.app import MODELS_VARIABLE, SETTINGS_VARIABLE
         from transduce.serve.metrics import MULTIPROCESS
         from transduce.serve.models import check_specs
+        from transduce.serve.workers import Workers
     except ImportError as error:
         raise UserError(f"transduce serve needs {error.name}: pip install 'transduce[serve]'") \
             from None
@@ -114,7 +116,11 @@ def serve(args: argparse.Namespace) -> int:
     # SIGTERM: uvicorn stops accepting, answers every request it holds, then raises the signal
     # again for the handler it found, this one: exit 0, the stop asked for
     signal.signal(signal.SIGTERM, _exit_0)
-    uvicorn.run(app, **serving)
+    if settings.workers > 1:  # uvicorn's supervisor, each worker a socket of its own
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the workers stopped, as uvicorn's
+            Workers(uvicorn.Config(app, **serving)).run()
+    else:
+        uvicorn.run(app, **serving)
     return 0
 
 

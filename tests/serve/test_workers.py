@@ -1,12 +1,19 @@
 """Several workers behave as one server: each loads its model before it is counted alive,
-/metrics sums all of them, and a rate limit counted in a real Redis holds across them."""
+listens on a socket of its own (clients that connect at once spread over them), /metrics sums
+all of them, and a rate limit counted in a real Redis holds across them."""
 
+import asyncio
+import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 
 import httpx
 import pytest
+
+from transduce.serve.workers import spreads
 
 from .test_server import _free_port, server  # noqa: F401 - the fixture
 
@@ -52,10 +59,57 @@ def _answered_by(log: str) -> set[str]:
     return {line.split()[1] for line in log.splitlines() if '"POST /translate"' in line}
 
 
+async def _at_once(url: str, n: int) -> list[httpx.Response]:
+    """n requests sent together, each on a connection of its own."""
+    async with httpx.AsyncClient(base_url=url, timeout=60,
+                                 limits=httpx.Limits(max_connections=n)) as client:
+        return await asyncio.gather(*(client.post("/translate", json=FIELDS) for _ in range(n)))
+
+
+def _started(log: str) -> list[str]:
+    """The process ids of the workers that finished starting, in order."""
+    return re.findall(r"\[(\d+)\] INFO uvicorn.error: Application startup complete", log)
+
+
+def _wait_for_workers(logged, n: int) -> None:
+    """Until n workers have started (in all, since the server started)."""
+    deadline = time.monotonic() + 120
+    while len(_started(logged.read_text())) < n:
+        assert time.monotonic() < deadline, logged.read_text()
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not spreads(), reason="this system spreads no connections over sockets "
+                                          "bound with SO_REUSEPORT: the workers share one")
+def test_clients_that_connect_at_once_land_on_every_worker(server, tmp_path):  # noqa: F811
+    """With one socket shared, the worker that woke first took most such connections (32+0
+    once: benchmarks/serve.md); with a socket each, the kernel spreads them. A worker killed is
+    replaced by one with a socket of its own, and no connection waits on the dead one's (it
+    would time out here)."""
+    process, url = server("--workers", "2")
+    logged = next(tmp_path.glob("server-*.log"))
+    _wait_for_workers(logged, 2)  # a worker loading its model is not listening yet
+    responses = asyncio.run(_at_once(url, 16))
+    assert [r.status_code for r in responses] == [200] * 16
+    workers = _answered_by(logged.read_text())
+    assert len(workers) == 2, logged.read_text()  # one took all 16: 1 in 2^15 by chance
+    killed = workers.pop()
+    os.kill(int(killed.strip("[]")), signal.SIGKILL)
+    _wait_for_workers(logged, 3)  # its replacement, its model loaded
+    before = len(logged.read_text().splitlines())
+    for _ in range(3):
+        assert [r.status_code for r in asyncio.run(_at_once(url, 16))] == [200] * 16
+    after = "\n".join(logged.read_text().splitlines()[before:])
+    replacement = f"[{_started(logged.read_text())[-1]}]"
+    assert _answered_by(after) == {*workers, replacement}
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+
+
 def test_metrics_are_summed_over_the_workers(server, tmp_path):  # noqa: F811
     process, url = server("--workers", "2")
-    # the kernel hands each new connection to whichever worker accepts first, which may be the
-    # same one many times over: ask until both have answered (a few rounds at most, in practice)
+    # each new connection goes to one worker's socket by a hash of its addresses (or, where the
+    # workers share one socket, to whichever accepts first): ask until both have answered
     n = 0
     for _ in range(20):
         assert [r.status_code for r in _fresh_connection_each(url, 12)] == [200] * 12
