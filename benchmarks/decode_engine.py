@@ -121,9 +121,9 @@ def child(args) -> None:
             model = model.to(torch.bfloat16)
         use_cache = args.engine != "transduce-nocache"
         stopping = "exact" if args.engine == "transduce-exact" else "early"
-        if args.engine == "transduce-compiled":
-            from transduce.decoding.compiled import Compiled
-            model = Compiled(model)
+        if args.engine == "transduce-compiled":  # on a GPU, CUDA graphs
+            from transduce.decoding.graphed import compile_for
+            model = compile_for(model, torch.device(device))
 
         def search(batch) -> None:
             width = max(len(sources[i]) for i in batch)

@@ -21,6 +21,7 @@ from transduce.decoding.compiled import Compiled
 from transduce.decoding.config import DTYPES, FIELDS, DecodeConfig, Sampling
 from transduce.decoding.ensemble import Ensemble
 from transduce.decoding.glossary import Glossary
+from transduce.decoding.graphed import compile_for
 from transduce.decoding.parallel import at_once, check_searches
 from transduce.decoding.scoring import PairScore, score
 from transduce.decoding.search import search
@@ -85,8 +86,9 @@ class Translator:
         checkpoint's int8 copy, made and saved beside it on first use (`transduce.runs.int8`).
         Faster where the matrix products dominate (docs/speed.md); a few translations differ.
 
-        compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`): the
-        same translations with less overhead per step; the first searches compile (tens of seconds).
+        compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`; on a
+        GPU replayed from CUDA graphs, `transduce.decoding.graphed`): the same translations with
+        less overhead per step; the first searches compile (tens of seconds; graphs, less).
 
         searches: on a CPU, how many batches `translate` searches at once, each on a thread of its
         own with an equal share of PyTorch's CPU threads (`transduce.decoding.parallel`; 0: one a
@@ -120,7 +122,7 @@ class Translator:
             if run.tokenizers.fingerprint != tokenizers.fingerprint:
                 raise UserError(f"{d}: its tokenizer is not {dirs[0]}'s; the models of an "
                                 "ensemble need one vocabulary")
-        models = [Compiled(run.model) if compile else run.model for run in runs]
+        models = [compile_for(run.model, device) if compile else run.model for run in runs]
         model = models[0] if len(models) == 1 else Ensemble(models)
         if dtype == "bfloat16" and not native_bf16(device):
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
@@ -140,12 +142,12 @@ class Translator:
         return translator
 
     def compiled(self) -> Translator:
-        """This translator, its searches' decoder steps compiled (`Compiled`), as
-        `load(..., compile=True)` gives it; the same weights, not a copy."""
+        """This translator, its searches' decoder steps compiled (`Compiled`; `Graphed` on a
+        GPU), as `load(..., compile=True)` gives it; the same weights, not a copy."""
         if isinstance(self.model, Compiled | Ensemble):
             raise ValueError("compile a translator of one model, loaded uncompiled")
         translator = copy.copy(self)
-        translator.model = Compiled(self.model)
+        translator.model = compile_for(self.model, next(self.model.parameters()).device)
         return translator
 
     def decode_config(self, **settings) -> DecodeConfig:
