@@ -72,11 +72,13 @@ def _started(log: str) -> list[str]:
 
 
 def _wait_for_workers(logged, n: int) -> None:
-    """Until n workers have started (in all, since the server started)."""
+    """Until n workers have started (in all, since the server started) and listen: a worker
+    logs its application's start-up just before it listens on its socket."""
     deadline = time.monotonic() + 120
     while len(_started(logged.read_text())) < n:
         assert time.monotonic() < deadline, logged.read_text()
         time.sleep(0.1)
+    time.sleep(0.5)
 
 
 @pytest.mark.skipif(not spreads(), reason="this system spreads no connections over sockets "
