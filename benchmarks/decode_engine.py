@@ -100,6 +100,8 @@ def child(args) -> None:
             for i, hyps in zip(batch, found, strict=True):
                 outputs[i] = list(hyps[0].tokens)
 
+        if device != "cpu":  # a GPU's start-up (cuBLAS's) on a first batch, not timed
+            search(next(_batches(sources, 64)))
         start = time.perf_counter()
         _for_batches(sources, args.searches, search)
     elif args.engine.startswith("transduce"):
@@ -147,11 +149,18 @@ def child(args) -> None:
             start = time.perf_counter()
             translate_all()
             warmup = time.perf_counter() - start
+        elif device != "cpu":  # a GPU's start-up (cuBLAS's) on a first batch, not timed
+            search(next(_batches(sources, 64)))
         start = time.perf_counter()
         translate_all()
     elif args.engine.startswith("hf"):
         from transformers import AutoModelForSeq2SeqLM
         model = AutoModelForSeq2SeqLM.from_pretrained(spec["hf_dir"]).eval().to(device)
+        if device != "cpu":  # a GPU's start-up (cuBLAS's), not timed
+            with torch.no_grad():
+                model.generate(input_ids=torch.tensor([sources[0]], device=device),
+                               max_new_tokens=2, decoder_start_token_id=bos,
+                               eos_token_id=eos, pad_token_id=pad)
         start = time.perf_counter()
         for batch in _batches(sources, 64):
             width = max(len(sources[i]) for i in batch)
@@ -180,6 +189,9 @@ def child(args) -> None:
                                             inter_threads=args.searches)
         pieces = json.loads((model_dir / "pieces.json").read_text())
         index = {p: i for i, p in enumerate(pieces)}
+        if device != "cpu":  # a GPU's start-up (cuBLAS's) on a first batch, not timed
+            translator.translate_batch([[pieces[t] for t in sources[i]]
+                                        for i in next(_batches(sources, 64))], beam_size=k)
         start = time.perf_counter()
         # every batch handed over at once (asynchronous): CTranslate2 searches `inter_threads`
         # of them at a time, one a replica of the model

@@ -102,9 +102,10 @@ ct2=""  # CTranslate2 on the GPU only where its cuBLAS is (11-26's H100 had CUDA
   2>/dev/null && ct2="transduce-ct2 ct2-fp32 ct2-int8"
 if [[ $steps == *" decode "* ]]; then
   timeout 150 python3 benchmarks/decode_speed.py --device cuda --model "$model" --src "$src" \
-    --part 1 --engines transduce hf transduce-bf16 $ct2 2>&1 | tee "$out/decode.txt"
+    --part 1 --engines transduce transduce-compiled hf transduce-bf16 $ct2 2>&1 | tee "$out/decode.txt"
 fi
 if [[ $steps == *" shapes "* ]]; then
   timeout 200 python3 benchmarks/decode_speed.py --device cuda --model "$model" --src "$src" \
-    --part 2 --shapes ${SHAPES:-tiny base} --engines transduce hf transduce-bf16 2>&1 | tee "$out/shapes.txt"
+    --part 2 --shapes ${SHAPES:-tiny base} --engines transduce transduce-compiled hf transduce-bf16 \
+    $ct2 2>&1 | tee "$out/shapes.txt"
 fi
