@@ -87,8 +87,7 @@ class Translator:
         Faster where the matrix products dominate (docs/speed.md); a few translations differ.
 
         compile: run the searches' decoder steps compiled (`transduce.decoding.compiled`; on a
-        GPU replayed from CUDA graphs, `transduce.decoding.graphed`): the same translations with
-        less overhead per step; the first searches compile (tens of seconds; graphs, less).
+        GPU CUDA graphs, `.graphed`): the same translations, less overhead a step (compiling first).
 
         searches: on a CPU, how many batches `translate` searches at once, each on a thread of its
         own with an equal share of PyTorch's CPU threads (`transduce.decoding.parallel`; 0: one a
