@@ -79,6 +79,12 @@ def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
         [h.tokens for h in hyps] for hyps in eager]
     for a, b in zip(compiled, eager, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+    # past windows of 16 and 32 positions: the beams' buffers move to longer ones on the way
+    # (`StaticKVCache.fit`), reordered before and after
+    long = dict(max_len_a=0, max_len_b=40, min_len=34)
+    assert [[h.tokens for h in hyps] for hyps in beam_with(Compiled(model), src, beam_size=3,
+                                                            nbest=2, **long)] == [
+        [h.tokens for h in hyps] for hyps in beam_with(model, src, beam_size=3, nbest=2, **long)]
 
 
 @own_path_only

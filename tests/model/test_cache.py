@@ -142,6 +142,35 @@ def test_a_static_cache_holds_what_the_growing_one_holds_through_reorders():
         position += 1
 
 
+def test_a_fitted_static_cache_keeps_its_positions_as_its_buffers_grow():
+    """Buffers one position longer than the window (`StaticKVCache.fit`), moved to longer ones
+    as the positions fill: the positions written are still the growing cache's, through beams
+    reordered in place and into the spare buffers before and after each move."""
+    from transduce.model.cache import _select
+    from transduce.model.static_cache import StaticKVCache
+
+    position = torch.zeros((), dtype=torch.long)
+    static, growing = StaticKVCache(position, capacity=3), KVCache()
+    steps = torch.randn(7, 6, 2, 1, 4)  # (step, rows, H, 1, Dh)
+    selections = [None, [0, 0, 1, 1, 2, 2], [1, 0, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], None,
+                  [0, 2, 1], [2, 1, 0]]
+    for t, index in enumerate(selections):
+        capacity = next(c for c in (3, 5, 9) if t + 2 <= c)  # the window (t + 1) and one more
+        static.fit(capacity)
+        if index is not None:
+            _select([static], torch.tensor(index))
+            growing.select(torch.tensor(index))
+        rows = len(growing.keys) if growing.rows else 3
+        k = steps[t, :rows]
+        held_k, held_v = static.append(k, -k)
+        want_k, want_v = growing.append(k, -k)
+        assert held_k.shape[2] == capacity
+        seen = static.mask[0]
+        torch.testing.assert_close(held_k[:, :, seen], want_k)
+        torch.testing.assert_close(held_v[:, :, seen], want_v)
+        position += 1
+
+
 def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
     from transduce.model.static_cache import StaticDecoderCache
 

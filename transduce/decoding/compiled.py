@@ -102,9 +102,9 @@ class CompiledSteps(DecoderSteps):
                                         self.storage)
 
     def _decode(self) -> Tensor:
+        self.cache.read(self._window(bucket(self._position)))
         if self.cache.layers[0].self_attention.keys is None:
             self._start()
-        self.cache.read(self._window(bucket(self._position)))
         first = self._position == 0
         self._position += 1
         # a first step of one row a source (beam search's, before its k beams) runs eagerly:
@@ -121,10 +121,10 @@ class CompiledSteps(DecoderSteps):
         greedy`): each step's argmax fed to the next without leaving it, so the Python and
         dispatch around a step (~45% of a compiled greedy search's time) come once in k.
         The k steps attend to the window of the last (the same code for each)."""
-        if self.cache.layers[0].self_attention.keys is None:
-            self._start()
         k = len(eos_bias)
         self.cache.read(self._window(bucket(self._position + k - 1)))
+        if self.cache.layers[0].self_attention.keys is None:
+            self._start()
         self._position += k
         tokens, self.inputs = compiled_greedy(k)(
             self.model, self.inputs.detach(), self.memory.detach(), self.src_mask.detach(),

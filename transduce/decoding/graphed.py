@@ -87,6 +87,8 @@ class GraphStorage(StaticStorage):
     (`least_rows`, set by the steps), its graphs and the memory pool they share, and the
     position its steps write at."""
 
+    fitted = False  # a graph replays the buffers it was captured with
+
     def __init__(self) -> None:
         super().__init__()
         self.least_rows = 0

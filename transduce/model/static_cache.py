@@ -1,7 +1,8 @@
 """The static caches of a compiled search step (transduce.decoding.compiled): self-attention
-keys and values in buffers of the search's whole length, written at a position that is a
-tensor, read through a window of positions whose length grows in a few steps (`bucket`), the
-buffers kept from search to search (`StaticStorage`)."""
+keys and values in buffers of a fixed length (the window's and one more, or the search's
+whole length), written at a position that is a tensor, read through a window of positions
+whose length grows in a few steps (`bucket`), the buffers kept from search to search
+(`StaticStorage`)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,21 @@ from transduce.model.cache import DecoderCache, LayerCache, copy_rows
 
 class StaticStorage:
     """The static caches' buffers, kept from one search to the next: two (keys and values) of
-    each layer's, and two more to reorder rows into. Fresh buffers of a search's whole length
-    cost more to allocate and zero (page faults on first touch) than the search's steps on a
-    small model. Zeroed once: a position not written yet in this search holds zeros or an
+    each layer's, and two more to reorder rows into, for each capacity a search has used. Fresh
+    buffers cost more to allocate and zero (page faults on first touch) than the search's steps
+    on a small model. Zeroed once: a position not written yet in this search holds zeros or an
     earlier search's keys, finite either way, and the mask gives it no weight. One search at a
-    time uses a storage (a compiled model's: transduce.decoding.compiled)."""
+    time uses a storage (a compiled model's: transduce.decoding.compiled).
+
+    `fitted`: the buffers in use hold one position more than the window read (`StaticKVCache.
+    fit`), moved to the next capacity as the window grows, not the search's whole length from
+    the first step. Reading 16 positions of each row's 129 took a compiled step's attention 3.1
+    ms, of 17 0.96 (290 rows, 4 heads of 32, one thread, AVX2: docs/speed.md), the positions
+    read being scattered over four times the memory; the move costs a copy of the positions
+    filled, three or four times a search. CUDA graphs' storage keeps whole-length buffers (a
+    graph replays the buffers it was captured with)."""
+
+    fitted = True
 
     def __init__(self) -> None:
         self._held: dict[tuple, Tensor] = {}
@@ -39,13 +50,14 @@ class StaticStorage:
 
 
 class StaticKVCache:
-    """Self-attention keys and values in buffers of the search's whole length, (B, H, capacity,
-    Dh), each step's written at the decoder's position (a tensor shared by the layers), as
-    gpt-fast keeps them: the step's code stays the same from step to step, so `torch.compile`
-    compiles it once (transduce.decoding.compiled). Attention reads the positions of the
-    window (`StaticDecoderCache.read`; without one, every position) and `mask` hides those not
-    written yet. Rows are reordered as KVCache's (in place where few move, else into a spare
-    buffer), copying only the positions filled. The buffers are views of a `StaticStorage`'s."""
+    """Self-attention keys and values in buffers of a fixed length, (B, H, capacity, Dh): the
+    window's and one more (`fit`), or the search's whole length (`limit`); each step's written
+    at the decoder's position (a tensor shared by the layers), as gpt-fast keeps them: the
+    step's code stays the same from step to step, so `torch.compile` compiles it once
+    (transduce.decoding.compiled). Attention reads the positions of the window
+    (`StaticDecoderCache.read`; without one, every position) and `mask` hides those not written
+    yet. Rows are reordered as KVCache's (in place where few move, else into a spare buffer),
+    copying only the positions filled. The buffers are views of a `StaticStorage`'s."""
 
     def __init__(self, position: Tensor, capacity: int, storage: StaticStorage | None = None,
                  layer: int = 0) -> None:
@@ -80,6 +92,22 @@ class StaticKVCache:
             return self.keys, self.values
         n = self.window.shape[0]
         return self.keys[:, :, :n], self.values[:, :, :n]
+
+    def fit(self, capacity: int) -> None:
+        """Buffers of `capacity` positions from now on (the window's length and one more, see
+        `StaticStorage.fitted`): the positions filled copied over."""
+        if capacity == self.capacity:
+            return
+        self.capacity = capacity
+        if self.keys is None:  # taken at the first step
+            return
+        filled, rows, held = int(self.position), self.rows, (self.keys, self.values)
+        self._buffers = tuple(self.storage.take((self.layer, name, self._side), b, rows, capacity)
+                              for name, b in enumerate(held))
+        for buffer, old in zip(self._buffers, held, strict=True):
+            buffer[:, :, :filled] = old[:, :, :filled]
+        self._spare = None  # taken again, of this capacity, by the next `select`
+        self._keep(rows)
 
     def reserve(self, rows: int, like: Tensor) -> None:
         """Take the buffers for `rows` rows of keys like `like` (its heads, head size, dtype and
@@ -150,9 +178,14 @@ class StaticDecoderCache(DecoderCache):
     def read(self, window: Tensor) -> None:
         """The next steps attend to the positions below len(window) (window = arange(n), n at
         least the next position + 1, less than the capacity), not to every one held: a
-        compiled step's attended length, a size that varies, grows in a few steps (`bucket`)."""
+        compiled step's attended length, a size that varies, grows in a few steps (`bucket`);
+        the buffers with it, where the storage fits them to the window (`StaticStorage.fitted`).
+        """
         for layer in self.layers:
-            layer.self_attention.window = window
+            attention = layer.self_attention
+            attention.window = window
+            if attention.storage.fitted:
+                attention.fit(len(window) + 1)
 
     def limit(self, max_length: int) -> None:
         """The length of every static buffer: set before the first step. Room for the largest
