@@ -24,10 +24,10 @@ class StaticStorage:
 
     `fitted`: the buffers in use hold one position more than the window read (`StaticKVCache.
     fit`), moved to the next capacity as the window grows, not the search's whole length from
-    the first step. Reading 16 positions of each row's 129 took a compiled step's attention 3.1
-    ms, of 17 0.96 (290 rows, 4 heads of 32, one thread, AVX2: docs/speed.md), the positions
-    read being scattered over four times the memory; the move costs a copy of the positions
-    filled, three or four times a search. CUDA graphs' storage keeps whole-length buffers (a
+    the first step: a compiled step's attention over 16 positions of each row's 129 took
+    1.4-2.3 ms a layer, of each row's 17 0.66-0.89 (290 rows, 4 heads of 32, one thread, AVX2;
+    1.4x at 64 positions: docs/speed.md); the move costs a copy of the positions filled, three
+    or four times a search. CUDA graphs' storage keeps whole-length buffers (a
     graph replays the buffers it was captured with)."""
 
     fitted = True
