@@ -27,8 +27,8 @@ class StaticStorage:
     the first step: a compiled step's attention over 16 positions of each row's 129 took
     1.4-2.3 ms a layer, of each row's 17 0.66-0.89 (290 rows, 4 heads of 32, one thread, AVX2;
     1.4x at 64 positions: docs/speed.md); the move costs a copy of the positions filled, three
-    or four times a search. CUDA graphs' storage keeps whole-length buffers (a
-    graph replays the buffers it was captured with)."""
+    or four times a search. CUDA graphs' storage keeps whole-length buffers (a graph replays
+    the buffers it was captured with)."""
 
     fitted = True
 
