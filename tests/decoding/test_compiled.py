@@ -59,10 +59,26 @@ LIMITS = dict(max_len_a=1.0, max_len_b=4)  # outputs of different lengths: rows 
 @own_path_only
 def test_compiled_greedy_search_finds_the_eager_tokens(model, src):
     """Greedy tokens come `greedy_block` at a time from one graph: outputs end inside blocks, at
-    their limits, not before the minimum length, and after forced prefixes as eager ones."""
+    their limits, not before the minimum length, and after forced prefixes as eager ones. In a
+    graph of one row (a sentence alone, a size Dynamo specialises) Inductor writes the linear
+    layers' products as loops of its own, not calls to the BLAS (`INDUCTOR_OPTIONS`): compiled
+    afresh (no graph from a cache, whose passes would not run again), so that its counters
+    tell."""
+    from torch._dynamo.utils import counters
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+
     eager = greedy_with(model, src, **LIMITS)
     assert len({len(t) for t in eager}) > 1  # sentences finished at different steps
-    assert greedy_with(Compiled(model), src, **LIMITS) == eager
+    torch._dynamo.reset()
+    counters.clear()
+    width = int((src[1] != 1).sum())
+    with (inductor_config.patch(fx_graph_cache=False),
+          functorch_config.patch(enable_autograd_cache=False)):
+        assert greedy_with(Compiled(model), src, **LIMITS) == eager
+        alone = greedy_with(Compiled(model), src[1:2, :width], **LIMITS)
+    assert counters["inductor"]["decompose_addmm"] > 0
+    assert alone == greedy_with(model, src[1:2, :width], **LIMITS)
     for extra in (dict(min_len=6), dict(prefixes=[[5, 6], [], [7], [8, 9, 10, 11, 12], [], [11],
                                                   [12]])):
         assert greedy_with(Compiled(model), src, **LIMITS, **extra) == greedy_with(

@@ -27,7 +27,8 @@ buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s
 search in flight, taken when its steps are made and given back when they are dropped, so that
 searches at once, transduce.decoding.parallel, each have their own): allocating and zeroing a
 batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
-Inductor's C++ wrapper calls the kernels, not Python.
+Inductor's C++ wrapper calls the kernels, not Python, and in a graph of one row the linear layers
+are Inductor's own loops (`INDUCTOR_OPTIONS`).
 
 What it gains is the per-step overhead of eager PyTorch, which is what one sentence's step costs
 (an interactive request): on the trained Multi30k model in batches of 64, greedy search 1.36x
@@ -173,6 +174,18 @@ def pays(device: torch.device, dtype: str, words: int | None = None, beams: int 
 
 _COMPILED = None
 
+# Inductor's options for the search's graphs: its C++ wrapper calls the kernels, not Python; and
+# in a graph of one row (a size Dynamo specialises) a linear layer of up to 2,048 x 2,048 is
+# Inductor's own vectorised loop over the weight, fused with what surrounds it, not a call to
+# the BLAS (its "decompose_mm_pass"; larger layers, the custom operators of
+# transduce.kernels.linear and graphs of several rows keep theirs). MKL's product of one row
+# is a matrix-vector product of its generic code on an AMD CPU: one-row greedy steps of the
+# trained Multi30k model took 0.81x the time with the pass, the `base` shape's 0.83-0.92x, and
+# a greedy search of test2016 1.07-1.14x as fast (docs/speed.md). The tokens are the same up
+# to float rounding (another order of summation); the tests check they are identical.
+INDUCTOR_OPTIONS = {"cpp_wrapper": True,
+                    "post_grad_fusion_options": {"decompose_mm_pass": {}}}
+
 # Graphs Dynamo keeps for one function before it runs it eagerly, silently but for a warning:
 # each shape of model a process searches adds its own (greedy and beam steps, a single
 # source's), so Dynamo's 8 would leave a server's third or fourth model uncompiled
@@ -206,12 +219,12 @@ def _configure() -> None:
 
 
 def compiled_decode_next():
-    """`Transformer.decode_next` through `torch.compile` (Inductor with its C++ wrapper), made
+    """`Transformer.decode_next` through `torch.compile` (Inductor, `INDUCTOR_OPTIONS`), made
     once a process and shared by every model."""
     global _COMPILED
     if _COMPILED is None:
         _configure()
-        _COMPILED = torch.compile(_decode_next, dynamic=True, options={"cpp_wrapper": True})
+        _COMPILED = torch.compile(_decode_next, dynamic=True, options=INDUCTOR_OPTIONS)
     return _COMPILED
 
 
@@ -228,7 +241,7 @@ def compiled_greedy(k: int):
                    cache: StaticDecoderCache, never: Tensor, eos_bias: Tensor):
             return _greedy(model, inputs, memory, src_mask, cache, never, eos_bias, k)
 
-        _GREEDY[k] = torch.compile(greedy, dynamic=True, options={"cpp_wrapper": True})
+        _GREEDY[k] = torch.compile(greedy, dynamic=True, options=INDUCTOR_OPTIONS)
     return _GREEDY[k]
 
 
