@@ -179,10 +179,11 @@ _COMPILED = None
 # Inductor's own vectorised loop over the weight, fused with what surrounds it, not a call to
 # the BLAS (its "decompose_mm_pass"; larger layers, the custom operators of
 # transduce.kernels.linear and graphs of several rows keep theirs). MKL's product of one row
-# is a matrix-vector product of its generic code on an AMD CPU: one-row greedy steps of the
-# trained Multi30k model took 0.81x the time with the pass, the `base` shape's 0.83-0.92x, and
-# a greedy search of test2016 1.07-1.14x as fast (docs/speed.md). The tokens are the same up
-# to float rounding (another order of summation); the tests check they are identical.
+# is a matrix-vector product of its generic code on an AMD CPU: with the pass a sentence's
+# greedy block ran 1.66-1.88x as fast on the trained Multi30k model, 1.21x at the `base` shape,
+# whole greedy searches of test2016 1.02-1.13x, within the host's noise
+# (benchmarks/one_row_graphs.py, docs/speed.md). The tokens are the same up to float rounding
+# (another order of summation); the tests check they are identical.
 INDUCTOR_OPTIONS = {"cpp_wrapper": True,
                     "post_grad_fusion_options": {"decompose_mm_pass": {}}}
 
