@@ -25,14 +25,16 @@ from pathlib import Path
 import torch
 
 from transduce import runtime
+from transduce.decoding.compiled import CompiledSteps
 
 SHARED = Path(os.environ.get("TRANSDUCE_SHARED_DATA",
                              Path(__file__).resolve().parents[2] / "shared" / "data"))
-BLOCK = 2  # greedy tokens a graph takes (CompiledSteps.greedy_block)
+BLOCK = CompiledSteps.greedy_block  # greedy tokens a graph takes
 
 
 def graphs():
-    """The compiled greedy block without the pass and with it (the search's own)."""
+    """The compiled greedy block without the pass and with it (the search's own): the search's
+    Inductor options but for the pass."""
     from transduce.decoding import compiled
 
     compiled._configure()
@@ -40,7 +42,9 @@ def graphs():
     def greedy(model, inputs, memory, src_mask, cache, never, eos_bias):
         return compiled._greedy(model, inputs, memory, src_mask, cache, never, eos_bias, BLOCK)
 
-    return {"BLAS calls": torch.compile(greedy, dynamic=True, options={"cpp_wrapper": True}),
+    without = {key: value for key, value in compiled.INDUCTOR_OPTIONS.items()
+               if key != "post_grad_fusion_options"}
+    return {"BLAS calls": torch.compile(greedy, dynamic=True, options=without),
             "decompose_mm_pass": compiled.compiled_greedy(BLOCK)}
 
 
