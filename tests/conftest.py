@@ -1,4 +1,12 @@
 import os
+
+# OpenMP's threads sleep when they wait, not spin (GNU OpenMP reads this as PyTorch loads it, so
+# before the import; the workers and the commands the tests start inherit it): with two workers
+# on two cores a test's second thread spinning took the core its own search or the other
+# worker needed (tests/decoding/test_parallel.py's searches at once, a busy core beside them:
+# 104 s spinning, 55 s asleep); the tests time nothing
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from collections import Counter
 from pathlib import Path
 
