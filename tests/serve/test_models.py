@@ -1,5 +1,4 @@
 import asyncio
-import random
 import threading
 from pathlib import Path
 
@@ -154,28 +153,6 @@ def test_serve_compiles_unless_told_not_to(monkeypatch):
     assert settings_of(parser.parse_args(["serve", "--model", "RUN"])).compile is None
     assert settings_of(parser.parse_args(["serve", "--model", "RUN", "--no-compile"])
                        ).compile is False
-
-
-def test_a_compiled_model_is_warm_before_it_is_served(run_dir):
-    """With --compile the searches a request runs by default are compiled while the model
-    loads (before the server counts as up): batches of any size and length compile nothing
-    more."""
-    import torch
-    from torch._dynamo.utils import counters
-
-    from transduce.serve.models import load_models
-
-    torch._dynamo.reset()  # nothing compiled by earlier tests
-    counters.clear()
-    [served] = load_models([ModelSpec(run_dir)], compile=True)
-    graphs = counters["stats"]["unique_graphs"]
-    assert graphs > 0
-    words = "three hundred and twelve thousand and forty-one".split()
-    rng = random.Random(0)
-    for _ in range(20):  # of sentences that end at different steps
-        served.translator.translate([" ".join(rng.choices(words, k=rng.randint(1, 30)))
-                                     for _ in range(rng.randint(1, 32))])
-    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_models_load_on_a_thread_that_ends_with_the_loading(run_dir, monkeypatch):

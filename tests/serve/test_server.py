@@ -4,6 +4,7 @@ and SIGTERM while it works."""
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,12 +35,13 @@ def server(run_dir, tmp_path):
     """Start `transduce serve --model RUN_DIR` (more options through the factory's argument)."""
     started = []
 
-    def start(*options):
+    def start(*options, env: dict[str, str] | None = None):
         port = _free_port()
         log = open(tmp_path / f"server-{port}.log", "w")
         process = subprocess.Popen(
             [sys.executable, "-m", "transduce", "serve", "--model", str(run_dir), "--port",
              str(port), *options], stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
             start_new_session=True)  # its own process group: workers included, below
         started.append(process)
         url = f"http://127.0.0.1:{port}"
@@ -238,19 +240,39 @@ def _lines_alone(url: str, lines: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("option", sorted(DEVICE_OPTIONS))
-def test_serve_runs_with_each_device_option(option, server, run_dir):
+def test_serve_runs_with_each_device_option(option, server, run_dir, tmp_path):
     """Each line alone (one request at a time): what Translator gives with the same setting
     (with --compile, what the eager search gives: the compiled one finds its tokens, and a
-    second compilation here would cost tens of seconds)."""
+    second compilation here would cost tens of seconds). A compiled server is warm before it
+    answers /health (transduce.serve.models `warm`): batches of any size and length compile
+    nothing more (Dynamo logs each graph it compiles again for a function it has compiled,
+    `TORCH_LOGS=recompiles`), and answer what their sentences get alone."""
     from transduce.engines import engine
 
-    _, url = server(*DEVICE_OPTIONS[option])
+    compiling = option == "--compile"
+    _, url = server(*DEVICE_OPTIONS[option],
+                    env=dict(TORCH_LOGS="recompiles") if compiling else None)
     lines = ["seven", "three hundred and twelve", "forty-one"]
     load = {"--device": dict(device="cpu"), "--dtype": dict(dtype="bfloat16"),
             "--compile": dict(compile=False), "--engine": dict(engine="ctranslate2")}[option]
     search = dict(length_normalization="power", stopping="finished") if option == "--engine" \
         else {}
     assert _lines_alone(url, lines) == engine.load(run_dir, **load).translate(lines, **search)
+    if compiling:
+        log = tmp_path / f"server-{url.rsplit(':', 1)[1]}.log"
+        warmed = log.read_text()
+        # warmed on a batch of one source and one of two: the second, a graph of its own
+        assert "compiled the search of" in warmed and "Recompiling" in warmed
+        words = "three hundred and twelve thousand and forty-one".split()
+        rng = random.Random(0)
+        with httpx.Client(base_url=url, timeout=300) as client:
+            for _ in range(20):  # batches of sentences that end at different steps
+                batch = [" ".join(rng.choices(words, k=rng.randint(1, 30)))
+                         for _ in range(rng.randint(1, 32))]
+                got = client.post("/translate", json={"q": batch, "source": "en",
+                                                      "target": "de"}).json()["translatedText"]
+                assert got == _lines_alone(url, batch)  # as each alone
+        assert "Recompiling" not in log.read_text()[len(warmed):]  # nothing compiled again
 
 
 def test_serve_searches_as_its_decode_options_say(server, run_dir):
