@@ -4,9 +4,9 @@ decode_speed.py runs each engine in a process of its own, one after the other, s
 speed drifts between runs (by up to 2x on the 2-core EPYC of docs/speed.md) moves the ratio of
 two engines as much as any change does. Here both search the same batches (the trained model's
 test2016 sentences sorted by length, 64 a batch as decode_engine.py batches them, or `--batch`)
-in one process on one thread, a pass each in turn, after a first pass each (ours compiles in it): each
-round's ratio of the two passes' seconds is taken under the same conditions, and the median
-over the rounds is the figure. Also printed: how many outputs are the same tokens.
+in one process on one thread, a pass each in turn, after a first pass each (ours compiles in
+it): each round's ratio of the two passes' seconds is taken under the same conditions, and the
+median over the rounds is the figure. Also printed: how many outputs are the same tokens.
 
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de --beams 5 --batch 16
