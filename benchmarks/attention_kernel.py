@@ -29,6 +29,7 @@ from pathlib import Path
 from decode_engine import _batches
 from decode_speed import SHARED
 from engines_in_turn import _ours
+from linear_products import microseconds
 
 SOURCE = r'''
 #include <torch/library.h>
@@ -137,18 +138,6 @@ def build() -> None:
         lambda q, k, v, mask: q.new_empty(q.shape))
 
 
-def microseconds(call, calls: int = 300) -> float:
-    for _ in range(20):
-        call()
-    best = float("inf")
-    for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
-
-
 def kernels_alone() -> None:
     """The kernel against Inductor's and eager attention at a step's shapes: 64 rows, 4 heads
     of 32; self-attention over a window of a static buffer, cross-attention over a source."""
@@ -174,7 +163,7 @@ def kernels_alone() -> None:
         ours = torch.ops.bench_attention.decode_attention(q, k, v, mask)
         difference = (ours - reference(q, k, v, mask)).abs().max().item()
         args = (q, k, v, mask)
-        times = [microseconds(functools.partial(f, *args)) for f in (
+        times = [microseconds(functools.partial(f, *args), 300) for f in (
             torch.ops.bench_attention.decode_attention, inductor, reference)]
         print(f"| {kind} | {window} | {times[0]:.0f} | {times[1]:.0f} | {times[2]:.0f} | "
               f"{difference:.1e} |", flush=True)
