@@ -7,6 +7,8 @@ test2016 sentences sorted by length, 64 a batch as decode_engine.py batches them
 in one process on one thread, a pass each in turn, after a first pass each (ours compiles in
 it): each round's ratio of the two passes' seconds is taken under the same conditions, and the
 median over the rounds is the figure. Also printed: how many outputs are the same tokens.
+CTranslate2 multiplies on oneDNN, as `--engine ctranslate2` does (its MKL was 6x slower on an
+AMX Xeon, docs/speed.md), or `--ct2-backend mkl`.
 
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de --beams 5 --batch 16
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -36,7 +39,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=64, help="output tokens at most")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty |y|^alpha")
+    parser.add_argument("--ct2-backend", choices=["onednn", "mkl"], default="onednn",
+                        help="CTranslate2's matrix products (CT2_USE_MKL, read on its import)")
     args = parser.parse_args()
+    os.environ["CT2_USE_MKL"] = "1" if args.ct2_backend == "mkl" else "0"
 
     from transduce import runtime
     runtime.tune()  # as the transduce command does, before the first tensor
@@ -60,7 +66,8 @@ def main() -> None:
                                      intra_threads=1, inter_threads=1)
         pieces = json.loads((Path(tmp) / "pieces.json").read_text())
     index = {piece: i for i, piece in enumerate(pieces)}
-    print(f"torch {torch.__version__}, CTranslate2 {ctranslate2.__version__}, one thread; "
+    print(f"torch {torch.__version__}, CTranslate2 {ctranslate2.__version__} on "
+          f"{args.ct2_backend}, one thread; "
           f"{args.model} on {args.src} ({len(sources)} sentences, batches of {args.batch})\n")
     print("| search | transduce-compiled tokens/s | ct2-fp32 tokens/s | ours / CTranslate2, "
           "each round | median | same outputs |")
