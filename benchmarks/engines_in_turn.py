@@ -39,6 +39,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-len", type=int, default=64, help="output tokens at most")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty |y|^alpha")
+    parser.add_argument("--stopping", choices=["early", "exact", "finished"], default="early",
+                        help="our beam search's stopping rule (CTranslate2's is finished: done "
+                        "once it holds beam-size finished hypotheses)")
     parser.add_argument("--ct2-backend", choices=["onednn", "mkl"], default="onednn",
                         help="CTranslate2's matrix products (CT2_USE_MKL, read on its import)")
     args = parser.parse_args()
@@ -67,7 +70,7 @@ def main() -> None:
         pieces = json.loads((Path(tmp) / "pieces.json").read_text())
     index = {piece: i for i, piece in enumerate(pieces)}
     print(f"torch {torch.__version__}, CTranslate2 {ctranslate2.__version__} on "
-          f"{args.ct2_backend}, one thread; "
+          f"{args.ct2_backend}, one thread; our stopping rule {args.stopping}; "
           f"{args.model} on {args.src} ({len(sources)} sentences, batches of {args.batch})\n")
     print("| search | transduce-compiled tokens/s | ct2-fp32 tokens/s | ours / CTranslate2, "
           "each round | median | same outputs |")
@@ -75,7 +78,7 @@ def main() -> None:
     for k in args.beams:
         decode = DecodeConfig(beam_size=k, length_penalty=args.alpha,
                               length_normalization="power", max_len_a=0,
-                              max_len_b=args.max_len, min_len=1)
+                              max_len_b=args.max_len, min_len=1, stopping=args.stopping)
         engines = {"ours": functools.partial(_ours, compiled, decode, sources, batches),
                    "theirs": functools.partial(_theirs, ct2, pieces, index, decode, sources,
                                                batches)}
