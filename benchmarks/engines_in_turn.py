@@ -7,8 +7,10 @@ test2016 sentences sorted by length, 64 a batch as decode_engine.py batches them
 in one process on one thread, a pass each in turn, after a first pass each (ours compiles in
 it): each round's ratio of the two passes' seconds is taken under the same conditions, and the
 median over the rounds is the figure. Also printed: how many outputs are the same tokens.
-CTranslate2 multiplies on oneDNN, as `--engine ctranslate2` does (its MKL was 6x slower on an
-AMX Xeon, docs/speed.md), or `--ct2-backend mkl`.
+CTranslate2 multiplies on oneDNN, as `--engine ctranslate2` does and as CTranslate2 itself does
+on an AMD CPU (on an Intel one it picks MKL, 4.8-6x slower at two threads on an AMX Xeon,
+docs/speed.md), or on MKL with `--ct2-backend mkl`. Our beam search stops by its default rule
+(`early`), or by CTranslate2's with `--stopping finished` (the same work on both sides).
 
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de
     python benchmarks/engines_in_turn.py --model runs/m30k-en-de --beams 5 --batch 16
