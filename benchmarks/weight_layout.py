@@ -2,8 +2,8 @@
 weight stored transposed, (in, out) contiguous, on one thread: `F.linear(x, W)` (the BLAS's
 transposed-operand product, what a model and a compiled graph call) against `x @ W_t` (its plain
 product), at a search's row counts, for every layer shape of a preset. Microseconds a call
-(the best of `--repeats` timings of `--calls` calls) and their ratio; the largest difference of
-the two results.
+(the median of five timings of `--calls` calls: `linear_products.microseconds`) and their
+ratio; the largest difference of the two results.
 
     python benchmarks/weight_layout.py                 # the `tiny` shapes, vocabulary 8,000
     python benchmarks/weight_layout.py --preset base --vocab 37000
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
+
+from linear_products import microseconds
 
 
 def main() -> None:
@@ -22,7 +23,6 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000, help="the output layer's rows")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 5, 16, 80, 320])
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
     import torch
@@ -47,24 +47,11 @@ def main() -> None:
         cells, largest = [], 0.0
         for rows in args.rows:
             x = torch.randn(rows, in_features)
-            linear = _best(functools.partial(F.linear, x, weight), args.calls, args.repeats)
-            plain = _best(functools.partial(torch.mm, x, transposed), args.calls, args.repeats)
+            linear = microseconds(functools.partial(F.linear, x, weight), args.calls)
+            plain = microseconds(functools.partial(torch.mm, x, transposed), args.calls)
             largest = max(largest, float((F.linear(x, weight) - x @ transposed).abs().max()))
             cells.append(f"{linear:.0f} / {plain:.0f} ({linear / plain:.2f}x)")
         print(f"| {name} | " + " | ".join(cells) + f" | {largest:.1e} |", flush=True)
-
-
-def _best(call, calls: int, repeats: int) -> float:
-    """Microseconds a call, the best of `repeats` timings of `calls` calls (after a warm-up)."""
-    for _ in range(calls // 10 + 1):
-        call()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
 
 
 if __name__ == "__main__":
