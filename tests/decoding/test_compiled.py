@@ -10,12 +10,15 @@ products alone: tests/kernels/test_linear.py), as are the tests of what the sear
 the step (a sentence alone, beam prefixes, sampling, ensembles, the command, no second graph),
 each of them tens of seconds; a graph compiled from an empty cache is 30-90 s."""
 
+import copy
+
 import pytest
 import torch
 
 from transduce.cli import main
 from transduce.decoding.compiled import Compiled
 from transduce.decoding.translator import Translator
+from transduce.kernels import transposed
 
 from ..conftest import (
     beam_with,
@@ -101,6 +104,21 @@ def test_compiled_beam_search_finds_the_eager_hypotheses(model, src):
     assert [[h.tokens for h in hyps] for hyps in beam_with(Compiled(model), src, beam_size=3,
                                                             nbest=2, **long)] == [
         [h.tokens for h in hyps] for hyps in beam_with(model, src, beam_size=3, nbest=2, **long)]
+
+
+@pytest.mark.parametrize("kernel_path", ["mkl"], indirect=True)  # whatever this CPU's own
+def test_weights_stored_transposed_search_compiled_as_eager(model, src):
+    """On MKL's path `Translator.load` stores the weights transposed (transduce.kernels.
+    transposed): the compiled searches of a model stored so find the eager tokens of the model
+    as trained, greedy and beam, in a batch and alone (whose graph of one row multiplies in
+    Inductor's own loops over the weights, `INDUCTOR_OPTIONS`)."""
+    stored = Compiled(transposed.store(copy.deepcopy(model)))
+    assert greedy_with(stored, src, **LIMITS) == greedy_with(model, src, **LIMITS)
+    assert [h[0].tokens for h in beam_with(stored, src, beam_size=3, **LIMITS)] == [
+        h[0].tokens for h in beam_with(model, src, beam_size=3, **LIMITS)]
+    width = int((src[1] != 1).sum())
+    alone = src[1:2, :width]
+    assert greedy_with(stored, alone, **LIMITS) == greedy_with(model, alone, **LIMITS)
 
 
 @own_path_only

@@ -12,6 +12,9 @@ from transduce.cli import main
 from transduce.config import load_config
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
+from transduce.kernels import transposed
+from transduce.kernels.linear import Linear
+from transduce.runs.load import load_run
 from transduce.training.start import start_run
 
 from ..conftest import own_path_only
@@ -45,6 +48,25 @@ def test_nbest_scores_and_attention(run_dir):
     assert (n_tgt, n_src) == (len(t.tgt_pieces), len(t.src_pieces))
     assert t.length == len(t.tgt_pieces) - 1  # the best's tokens, <eos> not counted
     assert t.attention.sum(-1).allclose(t.attention.new_ones(layers, heads, n_tgt))
+
+
+def test_weights_stored_transposed_where_mkl_multiplies(run_dir, kernel_path):
+    """`Translator.load` stores a float32 model's weights transposed on MKL's path
+    (transduce.kernels.transposed), and the translations, n-best scores and attention are
+    those of the weights as trained, greedy and beam, on every path."""
+    loaded = Translator.load(run_dir)
+    weights = [m.weight for m in loaded.model.modules() if isinstance(m, Linear)]
+    assert weights and {transposed.stored(w) for w in weights} == {kernel_path == "mkl"}
+    plain, stored = (Translator(model, loaded.tokenizers, loaded.decode) for model in
+                     (load_run(run_dir).model, transposed.store(load_run(run_dir).model)))
+    sentences = ["seven", "one hundred and two", "forty-two thousand and six", "nine"]
+    for beam in (1, 3):
+        a, b = (t.translate_detailed(sentences, beam_size=beam, nbest=beam, attention=True)
+                for t in (plain, stored))
+        for x, y in zip(a, b, strict=True):
+            assert [text for text, _ in x.nbest] == [text for text, _ in y.nbest]
+            assert [s for _, s in x.nbest] == pytest.approx([s for _, s in y.nbest], abs=1e-4)
+            torch.testing.assert_close(x.attention, y.attention, rtol=1e-4, atol=1e-5)
 
 
 def test_bfloat16_decoding_scores_like_float32(run_dir):

@@ -27,6 +27,7 @@ from transduce.decoding.scoring import PairScore, score
 from transduce.decoding.search import search
 from transduce.decoding.searchable import Searchable
 from transduce.errors import UserError
+from transduce.kernels import transposed
 from transduce.runs.load import load_run
 from transduce.runtime import native_bf16, resolve_device
 
@@ -116,7 +117,7 @@ class Translator:
                             "bfloat16 there")
         runs = [load_run(d, c, int8=dtype == "int8")
                 for d, c in zip(dirs, checkpoints, strict=True)]
-        decode, tokenizers = runs[0].config.decode, runs[0].tokenizers
+        decode, tokenizers, data = runs[0].config.decode, runs[0].tokenizers, runs[0].config.data
         for d, run in zip(dirs[1:], runs[1:], strict=True):
             if run.tokenizers.fingerprint != tokenizers.fingerprint:
                 raise UserError(f"{d}: its tokenizer is not {dirs[0]}'s; the models of an "
@@ -127,9 +128,8 @@ class Translator:
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
                         "GPU), so it is emulated and decoding runs slower than in float32",
                         device.type)
-        model = model.to(device=device, dtype=torch.float32 if dtype == "int8" else
-                         getattr(torch, dtype))
-        data = runs[0].config.data
+        weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)  # int8's others
+        model = transposed.store_where_it_pays(model.to(device, weights), device, dtype)
         return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data,
                    searches=searches)
 

@@ -37,6 +37,7 @@ from transduce.decoding.parallel import check_searches, threads_each
 from transduce.decoding.steps import max_output_lengths
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
+from transduce.kernels import transposed
 from transduce.runs.load import load_run
 from transduce.runtime import resolve_device
 
@@ -106,7 +107,8 @@ class CTranslate2Translator(Translator):
             str(exported), device=kind, device_index=place.index or 0, compute_type=compute,
             intra_threads=threads, inter_threads=searches)
         data = run.config.data
-        return cls(run.model.to(place), run.tokenizers, run.config.decode,
+        model = transposed.store_where_it_pays(run.model.to(place), place, "float32")  # as ours
+        return cls(model, run.tokenizers, run.config.decode,
                    prefix=data.language_prefix(tgt_lang), data=data, searches=searches,
                    engine=engine)
 

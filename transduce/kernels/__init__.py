@@ -4,7 +4,8 @@ The model, the loss and the search compute what the paper says with plain PyTorc
 kernel computes the same thing on some hardware, they call this package instead:
 
 - `linear`: float32 inference products on MKL (PyTorch's own `F.linear`), on oneDNN, or a
-  vocabulary's output layer on OpenBLAS, numpy's BLAS (`openblas`);
+  vocabulary's output layer on OpenBLAS, numpy's BLAS (`openblas`); on MKL's path a searched
+  model's weights stored transposed, for MKL's plain product (`transposed`);
 - `dropout`: a dropout mask drawn four elements per random number on CPU (`Dropout`);
 - `attention`: PyTorch's fused scaled-dot-product kernel, where it pays;
 - `small_products`: attention's batched products too small for PyTorch's vectorised CPU kernel;
