@@ -177,9 +177,14 @@ def main() -> None:
     import torch
 
     from transduce.decoding.translator import Translator
+    from transduce.errors import UserError
     from transduce.model import ModelConfig, Transformer
 
-    translator = Translator.load(args.model, device="cpu")
+    try:  # part 2 takes its tokenizers (the vocabulary's pieces) from it too
+        translator = Translator.load(args.model, device="cpu")
+    except UserError as error:
+        parser.error(f"--model: {error} (a trained run directory, for either part: the "
+                     "README's recipe makes runs/m30k-en-de)")
     tokenizers = translator.tokenizers
     lines = Path(args.src).read_text(encoding="utf-8").splitlines()
     sources = [tokenizers.src.encode(line) + [3] for line in lines]
