@@ -38,8 +38,9 @@ def test_storing_keeps_the_parameters_and_the_state_dict():
     for name, p in params.items():  # every Linear's weight stored anew: copies kept go stale
         stored_here = any(p is m.weight for m in linears)
         assert (p._version > versions[name]) == stored_here, name
+    after = {name: p._version for name, p in params.items()}
     transposed.store(model)  # again: nothing to do
-    assert {name: p._version for name, p in params.items()} != versions
+    assert {name: p._version for name, p in params.items()} == after
     assert all(transposed.stored(m.weight) for m in linears)
 
 
@@ -80,15 +81,15 @@ def test_a_stored_layer_multiplies_as_the_plain_one(features, bias, kernel_path)
 def test_a_stored_model_gives_the_plain_models_logits_eager_and_compiled(kernel_path):
     """A model's whole forward pass, and a compiled region's products of stored weights (the
     custom operators of oneDNN's and OpenBLAS's paths too)."""
+    def layers(m):  # a feed-forward block (oneDNN's on its path) and the output layer
+        return lambda x: (m.decoder.layers[0].ffn(x), m.output(x))
+
     torch._dynamo.reset()
     model, stored = _plain_and_stored(small_model())
     src, tgt = random_tokens(3, 7), random_tokens(3, 5)
     with torch.no_grad():
         expected = model(src, tgt)
         torch.testing.assert_close(stored(src, tgt), expected, rtol=1e-4, atol=1e-5)
-        def layers(m):  # a feed-forward block (oneDNN's on its path) and the output layer
-            return lambda x: (m.decoder.layers[0].ffn(x), m.output(x))
-
         compiled = torch.compile(layers(stored), dynamic=True)
         for rows in (4, 9):
             x = torch.randn(rows, 32)
