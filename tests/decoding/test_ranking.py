@@ -33,6 +33,22 @@ def test_two_stage_argmax_equals_torch_argmax_ties_included(vocab):
 
 
 @own_path_only
+def test_two_stage_argmax_compiled_equals_torch_argmax_ties_included():
+    """As compiled greedy search's graph takes it (transduce.decoding.compiled: rows that vary,
+    one graph), ties and -inf included."""
+    torch._dynamo.reset()
+    compiled = torch.compile(argmax, dynamic=True)
+    torch.manual_seed(0)
+    for rows in (6, 11):
+        x = torch.randn(rows, 8000)
+        x[0] = 0.0
+        x[1, [7, 500, 900]] = 10.0
+        x[2, [70, 71]] = 10.0
+        x[3] = float("-inf")
+        assert torch.equal(compiled(x), x.argmax(dim=1))
+
+
+@own_path_only
 def test_off_a_cpu_torch_kernels_rank_in_one_launch(monkeypatch):
     """The two stages are for a CPU's kernels; a tensor elsewhere (here the meta device, as a GPU
     would be) goes to torch's own topk and argmax."""

@@ -49,6 +49,7 @@ import weakref
 import torch
 from torch import Tensor, nn
 
+from transduce.decoding.ranking import argmax
 from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
 from transduce.model.steps import DecoderSteps
 from transduce.model.transformer import Transformer
@@ -257,7 +258,7 @@ def _greedy(model: Transformer, inputs: Tensor, memory: Tensor, src_mask: Tensor
         logits = model.decode_next(inputs, memory, src_mask, cache=cache).float()
         logits = logits.index_fill(1, never, float("-inf"))
         logits[:, eos] += eos_bias[j]
-        inputs = logits.argmax(dim=1, keepdim=True)
+        inputs = argmax(logits)[:, None]  # in two stages, as eagerly (transduce.decoding.ranking)
         chosen.append(inputs)
     return torch.cat(chosen, dim=1), inputs
 
