@@ -25,6 +25,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from decode_engine import _batches
@@ -84,22 +85,40 @@ def main() -> None:
         engines = {"ours": functools.partial(_ours, compiled, decode, sources, batches),
                    "theirs": functools.partial(_theirs, ct2, pieces, index, decode, sources,
                                                batches)}
-        first = {name: search() for name, search in engines.items()}  # ours compiles here
-        seconds: dict[str, list[float]] = {name: [] for name in engines}
-        for _ in range(args.rounds):
-            for name, search in engines.items():
-                start = time.perf_counter()
-                search()
-                seconds[name].append(time.perf_counter() - start)
-        tokens = {name: sum(min(len(o) + 1, args.max_len + 1) for o in outputs)
-                  for name, outputs in first.items()}
-        ratios = [t / o for o, t in zip(seconds["ours"], seconds["theirs"], strict=True)]
-        same = sum(a == b for a, b in zip(first["ours"], first["theirs"], strict=True))
-        speed = {name: tokens[name] / statistics.median(s) for name, s in seconds.items()}
-        print(f"| {'greedy' if k == 1 else f'beam {k}'} | {speed['ours']:,.0f} | "
-              f"{speed['theirs']:,.0f} | {', '.join(f'{r:.2f}' for r in ratios)} | "
-              f"{statistics.median(ratios):.2f}x | {same / len(sources):.1%} |", flush=True)
+        first, seconds = in_turn(engines, args.rounds)  # ours compiles in its first pass
+        print(row("greedy" if k == 1 else f"beam {k}", first, seconds, args.max_len,
+                  ("ours", "theirs")), flush=True)
 
+
+def in_turn(searches: dict[str, Callable[[], list]], rounds: int
+            ) -> tuple[dict[str, list], dict[str, list[float]]]:
+    """A first pass of each search (a compiled one compiles in it), then `rounds` passes of
+    each in turn: each one's outputs (of its first pass) and seconds (of the others)."""
+    first = {name: search() for name, search in searches.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in searches}
+    for _ in range(rounds):
+        for name, search in searches.items():
+            start = time.perf_counter()
+            search()
+            seconds[name].append(time.perf_counter() - start)
+    return first, seconds
+
+
+def row(label: str, first: dict[str, list], seconds: dict[str, list[float]], max_len: int,
+        ratio: tuple[str, str]) -> str:
+    """A table's row of `in_turn`'s results: each search's target tokens/s (outputs of at most
+    `max_len` tokens and their <eos>; the median pass), in their order; each round's `ratio`
+    (a, b): b's seconds over a's, a's speed against b's; their median; and the share of
+    outputs the same tokens (of the first two)."""
+    a, b = ratio
+    speeds = [sum(min(len(o) + 1, max_len + 1) for o in outputs) / statistics.median(seconds[n])
+              for n, outputs in first.items()]
+    ratios = [y / x for x, y in zip(seconds[a], seconds[b], strict=True)]
+    one, two = list(first.values())[:2]
+    same = sum(x == y for x, y in zip(one, two, strict=True)) / len(one)
+    return (f"| {label} | " + " | ".join(f"{speed:,.0f}" for speed in speeds)
+            + f" | {', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f}x"
+            f" | {same:.1%} |")
 
 def _ours(model, decode, sources: list, batches: list) -> list[list[int]]:
     """Our search of every batch (greedy or beam, as `decode` says): each sentence's tokens."""
@@ -131,6 +150,7 @@ def _theirs(ct2, pieces: list[str], index: dict, decode, sources: list, batches:
         for i, r in zip(batch, results, strict=True):
             outputs[i] = [index[p] for p in r.hypotheses[0]]
     return outputs
+
 
 if __name__ == "__main__":
     main()

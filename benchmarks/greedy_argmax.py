@@ -16,15 +16,14 @@ two stages are the faster), the median, and how many outputs are the same tokens
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import functools
 import types
 import weakref
 from pathlib import Path
 
 from decode_engine import _batches
 from decode_speed import SHARED
-from engines_in_turn import _ours
+from engines_in_turn import _ours, in_turn, row
 
 
 def main() -> None:
@@ -92,20 +91,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for size in args.batch:
         batches = list(_batches(sources, size))
-        first = {name: _ours(m, decode, sources, batches) for name, m in models.items()}
-        seconds: dict[str, list[float]] = {name: [] for name in models}
-        for _ in range(args.rounds):
-            for name, m in models.items():
-                start = time.perf_counter()
-                _ours(m, decode, sources, batches)
-                seconds[name].append(time.perf_counter() - start)
-        tokens = sum(min(len(o) + 1, args.max_len + 1) for o in first["torch"])
-        ratios = [a / b for a, b in zip(seconds["torch"], seconds["two stages"], strict=True)]
-        same = sum(a == b for a, b in zip(first["torch"], first["two stages"], strict=True))
-        speed = {name: tokens / statistics.median(s) for name, s in seconds.items()}
-        print(f"| {size} | {speed['torch']:,.0f} | {speed['two stages']:,.0f} | "
-              f"{', '.join(f'{r:.2f}' for r in ratios)} | {statistics.median(ratios):.2f}x | "
-              f"{same / len(sources):.1%} |", flush=True)
+        first, seconds = in_turn({name: functools.partial(_ours, m, decode, sources, batches)
+                                  for name, m in models.items()}, args.rounds)
+        print(row(str(size), first, seconds, args.max_len, ("two stages", "torch")), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ many outputs are the same tokens. Compiled, as `serve` searches, or `--eager`.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import functools
 from pathlib import Path
 
 from decode_engine import _batches
 from decode_speed import SHARED
-from engines_in_turn import _ours
+from engines_in_turn import _ours, in_turn, row
 
 
 def main() -> None:
@@ -64,20 +63,10 @@ def main() -> None:
     for k in args.beams:
         decode = DecodeConfig(beam_size=k, length_penalty=0.6, length_normalization="power",
                               max_len_a=0, max_len_b=args.max_len, min_len=1)
-        first = {name: _ours(m, decode, sources, batches) for name, m in models.items()}
-        seconds: dict[str, list[float]] = {name: [] for name in models}
-        for _ in range(args.rounds):
-            for name, m in models.items():
-                start = time.perf_counter()
-                _ours(m, decode, sources, batches)
-                seconds[name].append(time.perf_counter() - start)
-        tokens = sum(min(len(o) + 1, args.max_len + 1) for o in first["trained"])
-        ratios = [a / b for a, b in zip(seconds["trained"], seconds["stored"], strict=True)]
-        same = sum(a == b for a, b in zip(first["trained"], first["stored"], strict=True))
-        speed = {name: tokens / statistics.median(s) for name, s in seconds.items()}
-        print(f"| {'greedy' if k == 1 else f'beam {k}'} | {speed['trained']:,.0f} | "
-              f"{speed['stored']:,.0f} | {', '.join(f'{r:.2f}' for r in ratios)} | "
-              f"{statistics.median(ratios):.2f}x | {same / len(sources):.1%} |", flush=True)
+        first, seconds = in_turn({name: functools.partial(_ours, m, decode, sources, batches)
+                                  for name, m in models.items()}, args.rounds)
+        print(row("greedy" if k == 1 else f"beam {k}", first, seconds, args.max_len,
+                  ("stored", "trained")), flush=True)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ from transduce.kernels import linear as linear_kernels
 from transduce.kernels import transposed
 from transduce.kernels.linear import Linear
 
-from ..conftest import random_tokens, small_model
+from ..conftest import own_path_only, random_tokens, small_model
 
 
 def _plain_and_stored(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     return model, transposed.store(copy.deepcopy(model))
 
 
+@own_path_only  # the layout, not a product: no path changes it
 def test_storing_keeps_the_parameters_and_the_state_dict():
     model = small_model()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
@@ -44,6 +45,7 @@ def test_storing_keeps_the_parameters_and_the_state_dict():
     assert all(transposed.stored(m.weight) for m in linears)
 
 
+@own_path_only
 def test_weights_loaded_in_place_keep_the_layout():
     model, stored = _plain_and_stored(small_model())
     torch.manual_seed(1)

@@ -128,7 +128,7 @@ class Translator:
             log.warning("dtype bfloat16: this %s has no native bf16 (AVX512-BF16, AMX or a bf16 "
                         "GPU), so it is emulated and decoding runs slower than in float32",
                         device.type)
-        weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)  # int8's others
+        weights = torch.float32 if dtype == "int8" else getattr(torch, dtype)  # int8: the rest
         model = transposed.store_where_it_pays(model.to(device, weights), device, dtype)
         return cls(model, tokenizers, decode, prefix=data.language_prefix(tgt_lang), data=data,
                    searches=searches)

@@ -46,10 +46,9 @@ def store(model: nn.Module) -> nn.Module:
     their version advanced, so that copies kept of them are made again); returns the model."""
     with torch.no_grad():
         for layer in model.modules():
-            weight = layer.weight if isinstance(layer, Linear) else None
-            if weight is not None and weight.dim() == 2 and not stored(weight):
-                layout = weight.detach().t().contiguous().t()
-                weight.set_(layout.untyped_storage(), 0, layout.shape, layout.stride())
+            if isinstance(layer, Linear) and not stored(layer.weight):
+                layout = layer.weight.detach().t().contiguous().t()
+                layer.weight.set_(layout.untyped_storage(), 0, layout.shape, layout.stride())
     return model
 
 
