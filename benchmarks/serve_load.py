@@ -123,7 +123,7 @@ ENGINES = {"transduce": ["--no-compile"], "transduce-int8": ["--dtype", "int8"],
            "transduce-ct2-int8": ["--engine", "ctranslate2", "--dtype", "int8", "--stopping",
                                   "finished"]}
 # continuous batching is transduce's own search's (the others batch the requests that came)
-CONTINUOUS = ("transduce", "transduce-int8")
+CONTINUOUS = ("transduce", "transduce-int8", "transduce-compiled")
 
 
 def main() -> None:

@@ -91,7 +91,8 @@ def serve(args: argparse.Namespace) -> int:
 
             torch.set_num_threads(settings.threads_per_worker())
         app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
-                                     compile=settings.compiles(), engine=args.engine),
+                                     compile=settings.compiles(), engine=args.engine,
+                                     continuous=settings.continuous()),
                          settings)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)

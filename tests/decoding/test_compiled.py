@@ -164,6 +164,52 @@ def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, s
 
 
 @own_path_only
+def test_sentences_join_the_compiled_search_and_get_what_beam_search_gives_alone(model):
+    """Continuous batching over the compiled steps (`CompiledSteps.join`): sentences that join
+    between steps, a few at a time, get the eager beam search's n-best alone; the busy search
+    drops the positions no sentence reads any more (`StaticDecoderCache.trim`: its position
+    moves back, its window with it). Its graphs: before any sentence joined and after, each
+    for one source and for several (Dynamo specialises a size of one), and no more."""
+    from torch._dynamo.utils import counters
+
+    from transduce.decoding.beam import beam_search
+    from transduce.decoding.config import DecodeConfig
+    from transduce.decoding.continuous import ContinuousSearch
+    from transduce.model.static_cache import StaticDecoderCache
+
+    from .test_continuous import _arriving, _sources
+
+    decode, trims = DecodeConfig(beam_size=3, **LIMITS), []
+    trim = StaticDecoderCache.trim
+
+    def counted(cache):
+        trims.append(trim(cache))
+        return trims[-1]
+    sources = _sources(64, seed=5)
+    alone = [beam_search(model, torch.tensor([s]), decode, nbest=2)[0] for s in sources]
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, found, positions = Compiled(model), {}, []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StaticDecoderCache, "trim", counted)
+        found = _arriving(ContinuousSearch(compiled, decode, nbest=2), sources[:24], seed=2)
+        search = ContinuousSearch(compiled, decode, nbest=2)  # one joining every step
+        for i, source in enumerate(sources[24:], start=24):
+            search.join([source], [i])
+            found.update(search.step())
+            positions.append(int(search.steps.cache.position))
+        while search.active:
+            found.update(search.step())
+    assert [[h.tokens for h in found[i]] for i in range(len(sources))] == [
+        [h.tokens for h in hyps] for hyps in alone]
+    assert [h.score for i in range(len(sources)) for h in found[i]] == pytest.approx(
+        [h.score for hyps in alone for h in hyps], abs=1e-4)
+    assert len({len(hyps[0].tokens) for hyps in alone}) > 1  # finished at different steps
+    assert any(trims) and max(positions) < 30  # not the 40 steps the busy search ran
+    assert counters["stats"]["unique_graphs"] <= 4
+
+
+@own_path_only
 def test_no_batch_compiles_the_step_again(model):
     """One graph serves every batch of several sources, whatever the sizes of the first: here
     16 source tokens, as many as the first window's positions (`bucket`), which Dynamo's duck

@@ -136,13 +136,25 @@ def test_threads_per_worker(monkeypatch, cpus, workers, threads, expected):
 
 @pytest.mark.parametrize(("settings", "compiled"), [
     ({}, True),  # transduce's search on a CPU in float32, batched: compiled unless told
-    ({"continuous_batching": True}, False),  # sentences join the search: no static cache
+    ({"continuous_batching": True}, True),  # sentences join the compiled search's steps
     ({"continuous_batching": True, "batching": False}, True),
     ({"engine": "ctranslate2"}, False), ({"dtype": "int8"}, False),
     ({"dtype": "bfloat16"}, False), ({"compile": False}, False),
     ({"compile": True, "dtype": "bfloat16"}, True)])
 def test_a_server_compiles_where_that_pays(settings, compiled):
     assert ServeSettings(device="cpu", **settings).compiles() == compiled
+
+
+def test_continuous_batching_on_a_gpu_is_not_compiled(monkeypatch):
+    """A GPU's compiled steps replay CUDA graphs, which no sentence can join: continuous
+    batching there searches eagerly, and refuses --compile in one line."""
+    import torch
+
+    monkeypatch.setattr("transduce.runtime.resolve_device", lambda name: torch.device("cuda"))
+    assert ServeSettings().compiles()  # batches of requests: CUDA graphs
+    assert not ServeSettings(continuous_batching=True).compiles()
+    with pytest.raises(UserError, match="--continuous-batching on a GPU .* --no-compile"):
+        ServeSettings(continuous_batching=True, compile=True).compiles()
 
 
 def test_serve_compiles_unless_told_not_to(monkeypatch):

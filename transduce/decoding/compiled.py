@@ -27,6 +27,11 @@ buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s
 search in flight, taken when its steps are made and given back when they are dropped, so that
 searches at once, transduce.decoding.parallel, each have their own): allocating and zeroing a
 batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
+Sentences may join the steps between them (continuous batching, transduce.decoding.continuous:
+`CompiledSteps.join`): their rows' self-attention starts at the next position, each row masked
+before its own start (`StaticKVCache.join`), their cross-attention keys made as they join, and
+positions no row reads any more dropped (`StaticDecoderCache.trim`); a search that rows have
+joined is a graph of its own (and one more for a single source), once a process.
 Inductor's C++ wrapper calls the kernels, not Python, and in a graph of one row the linear layers
 are Inductor's own loops (`INDUCTOR_OPTIONS`).
 
@@ -132,6 +137,24 @@ class CompiledSteps(DecoderSteps):
             self.model, self.inputs.detach(), self.memory.detach(), self.src_mask.detach(),
             self.cache, self._never, eos_bias)
         return tokens
+
+    def join(self, src: Tensor) -> None:
+        """As `DecoderSteps.join` (continuous batching), the sources' cross-attention keys and
+        values made now, eagerly, where a step has made the others' (the compiled steps only
+        read them); the rows' self-attention masked before their start (`StaticKVCache.join`:
+        a graph of its own, once a process)."""
+        held = len(self.memory)
+        super().join(src)
+        if self.cache.layers[0].self_attention.keys is None:  # no step yet: `_start` makes all
+            return
+        memory = self.memory[held:]
+        for layer, cache in zip(self.model.decoder.layers, self.cache.layers, strict=True):
+            cache.cross_attention.append(*layer.cross_attn.source_keys(memory))
+
+    def append(self, tokens: Tensor) -> None:
+        super().append(tokens)
+        if self.joined:  # positions no row reads any more dropped: the cache's position moved
+            self._position = int(self.cache.position)
 
     def _start(self) -> None:
         """Before the first step: the cross-attention keys and values of every layer (eager

@@ -210,6 +210,10 @@ class GraphedSteps(CompiledSteps):
             layer.self_attention.position = cache.position
         return cache
 
+    def join(self, src: Tensor) -> None:
+        raise ValueError("a CUDA graph replays the rows it was captured with: sentences cannot "
+                         "join its search (continuous batching runs the eager steps on a GPU)")
+
     def split(self, k: int) -> None:
         self.storage.least_rows = row_bucket(len(self.memory)) * k  # the beams' buffers
         super().split(k)

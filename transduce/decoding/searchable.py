@@ -50,7 +50,7 @@ class Steps(Protocol):
 
     def join(self, src: Tensor) -> None:
         """Sources src (n, S) join at the next step, after the others, `group` rows each, from
-        <bos> (continuous batching; a compiled step's static cache refuses: ValueError)."""
+        <bos> (continuous batching; steps replaying CUDA graphs refuse: ValueError)."""
 
 
 class Searchable(Protocol):

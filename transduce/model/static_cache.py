@@ -2,7 +2,9 @@
 keys and values in buffers of a fixed length (the window's and one more, or the search's
 whole length), written at a position that is a tensor, read through a window of positions
 whose length grows in a few steps (`bucket`), the buffers kept from search to search
-(`StaticStorage`)."""
+(`StaticStorage`). Rows may join at the next position (continuous batching: `join`, each row's
+start masking the positions before it, as `KVCache.join`), and positions before every row's
+start are dropped (`trim`)."""
 
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ class StaticKVCache:
         self.layer = layer  # its buffers' name in the storage
         self.window: Tensor | None = None  # arange(n): attention reads positions < n, if set
         self.keys: Tensor | None = None  # (B, H, capacity, Dh): the rows in use of _buffers
+        # the first position of each row, (B,), once rows have joined later (`join`: continuous
+        # batching); None: every row starts at 0
+        self.starts: Tensor | None = None
         self.values: Tensor | None = None
         self._buffers: tuple[Tensor, Tensor] | None = None
         self._spare: tuple[Tensor, Tensor] | None = None
@@ -74,11 +79,15 @@ class StaticKVCache:
 
     @property
     def mask(self) -> Tensor:
-        """(1, window): the positions up to the newest query's (one query a step)."""
+        """(1, window): the positions up to the newest query's (one query a step); once rows
+        have joined later, (B, 1, 1, window): those from each row's start."""
         if self.window is not None:
-            return (self.window <= self.position)[None]
-        length = self.keys.shape[2]  # the capacity, as a size (a compiled step's may vary)
-        return (torch.arange(length, device=self.position.device) <= self.position)[None]
+            positions = self.window
+        else:  # the capacity, as a size (a compiled step's may vary)
+            positions = torch.arange(self.keys.shape[2], device=self.position.device)
+        if self.starts is None:
+            return (positions <= self.position)[None]
+        return ((positions <= self.position) & (positions >= self.starts[:, None]))[:, None, None]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write one step's (B, H, 1, Dh) at the position; return the buffers' window (B, H,
@@ -120,6 +129,38 @@ class StaticKVCache:
     def rows(self) -> int:
         return 0 if self.keys is None else len(self.keys)
 
+    def join(self, rows: int, device=None) -> None:
+        """Add `rows` rows that begin at the next position (continuous batching): the positions
+        before are not theirs (`mask`; they hold what the buffers held, finite). In the
+        storage's buffers, which keep the rows held in place where they have room for more."""
+        position = int(self.position)
+        held = self.rows
+        old = (torch.zeros(held, dtype=torch.long, device=device) if self.starts is None
+               else self.starts)
+        self.starts = torch.cat([old, torch.full((rows,), position, dtype=torch.long,
+                                                 device=old.device)])
+        if self.keys is None:  # no step yet: the first brings every row
+            return
+        before = (self.keys, self.values)
+        self._buffers = tuple(self.storage.take((self.layer, name, self._side), b, held + rows,
+                                                self.capacity)
+                              for name, b in enumerate(before))
+        for buffer, old_rows in zip(self._buffers, before, strict=True):
+            if buffer.data_ptr() != old_rows.data_ptr():  # grown: a fresh buffer
+                buffer[:held, :, :position] = old_rows[:, :, :position]
+        self._spare = None  # taken again, with room for them, by the next `select`
+        self._keep(held + rows)
+
+    def trim(self, first: int) -> None:
+        """Move positions `first` .. the position to the front (positions before `first`, which
+        no row reads any more, dropped): `StaticDecoderCache.trim`, which moves the position."""
+        if self.keys is None:
+            return
+        end = int(self.position)
+        for buffer in (self.keys, self.values):
+            buffer[:, :, : end - first] = buffer[:, :, first:end].clone()
+        self.starts = self.starts - first
+
     def select(self, index: Tensor) -> None:
         """Keep rows `index` (1-D, may repeat), copied into the spare buffers."""
         if self.keys is None:
@@ -134,6 +175,8 @@ class StaticKVCache:
         self._buffers, self._spare = self._spare, self._buffers
         self._side = 1 - self._side
         self._keep(rows)
+        if self.starts is not None:
+            self.starts = self.starts[index]
 
     def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
         """Copy rows `src` into rows `dst` in place, then keep the first `rows` (as
@@ -144,6 +187,9 @@ class StaticKVCache:
         for buffer in (self.keys, self.values):
             copy_rows(buffer[:, :, :filled], src, dst)
         self._keep(self.rows if rows is None else rows)
+        if self.starts is not None:
+            copy_rows(self.starts, src, dst)
+            self.starts = self.starts[: self.rows]
 
     def _keep(self, rows: int) -> None:
         self.keys, self.values = (b[:rows].detach() for b in self._buffers)
@@ -170,7 +216,10 @@ class StaticDecoderCache(DecoderCache):
 
     @property
     def offset(self) -> Tensor:
-        return self.position  # every row's: no row joins a static cache
+        """The position of the next token: every row's, or once rows have joined later, each
+        row's own (B,)."""
+        starts = self.layers[0].self_attention.starts if self.layers else None
+        return self.position if starts is None else self.position - starts
 
     def advance(self, steps: int) -> None:
         self.position.add_(steps)
@@ -195,11 +244,24 @@ class StaticDecoderCache(DecoderCache):
             layer.self_attention.capacity = bucket(max_length - 1) + 1
 
     def join(self, rows: int, device=None) -> None:
-        raise ValueError("a static cache is one search's: rows cannot join it (a compiled step "
-                         "does not batch continuously)")
+        """`rows` rows join, after the others, at the next position (continuous batching)."""
+        for layer in self.layers:
+            layer.self_attention.join(rows, device)
 
-    def trim(self) -> None:
-        """Nothing to drop: no row joins a static cache."""
+    def trim(self) -> int:
+        """Drop the positions before every row's start, once they are at least a quarter of
+        those held (as `KVCache.trim`): the rest moved to the front, the position back by as
+        many. Returns the positions dropped."""
+        starts = self.layers[0].self_attention.starts if self.layers else None
+        if starts is None or not len(starts):
+            return 0
+        first = int(starts.min())
+        if not first or 4 * first < int(self.position):
+            return 0
+        for layer in self.layers:
+            layer.self_attention.trim(first)
+        self.position.sub_(first)
+        return first
 
 
 def bucket(position: int) -> int:

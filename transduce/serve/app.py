@@ -59,7 +59,7 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     if not isinstance(models[0], ServedModel):
         models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
                              dtype=settings.dtype, compile=settings.compiles(),
-                             engine=settings.engine)
+                             engine=settings.engine, continuous=settings.continuous())
     service = Service(list(models), settings)
 
     @contextlib.asynccontextmanager

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from transduce.decoding.continuous import ContinuousSearch
 from transduce.decoding.translator import Translator
 from transduce.engines import engine as engines
 from transduce.errors import UserError
@@ -81,18 +82,19 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], tuple[ModelSpec
 
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 dtype: str = "float32", compile: bool = False,
-                engine: str = "transduce") -> list[ServedModel]:
+                engine: str = "transduce", continuous: bool = False) -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
-    all its pairs. Loaded and warmed on a thread that ends once they are
+    all its pairs. Loaded and warmed (compiled: the search of batches, or with `continuous`,
+    that of continuous batching) on a thread that ends once they are
     (`transduce.runtime.in_passing_thread`), so that the server's search thread is the only
     one left with PyTorch's CPU threads."""
     return in_passing_thread(_load_models, specs, device=device, dtype=dtype, compile=compile,
-                             engine=engine)
+                             engine=engine, continuous=continuous)
 
 
 def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bool,
-                 engine: str) -> list[ServedModel]:
+                 engine: str, continuous: bool) -> list[ServedModel]:
     models, loaded = [], {}
     for pair, (spec, tgt_lang) in check_specs(specs).items():
         if spec in loaded:  # another pair of a multilingual run: its model, another language
@@ -102,21 +104,35 @@ def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bo
                 spec.run_dir, engine=engine, device=device, dtype=dtype, compile=compile,
                 tgt_lang=tgt_lang)
             if compile:
-                warm(translator, spec.run_dir)
+                warm(translator, spec.run_dir, continuous)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)
     return models
 
 
-def warm(translator: Translator, run_dir: Path) -> None:
+def warm(translator: Translator, run_dir: Path, continuous: bool = False) -> None:
     """Compile the search a request runs by default (the run's settings) before the server
     counts as up, so that no client waits for it: a batch of one sentence and one of two
     (Dynamo compiles a graph of its own for a single source; one more serves every other
-    batch: transduce.decoding.compiled). A request with other settings (another beam size,
-    sampling) compiles its own graphs when it first comes."""
+    batch: transduce.decoding.compiled); with `continuous` (continuous batching) the same
+    before any sentence has joined a search and after: a search of two sentences, and one of
+    one that another joins after its first step, a sentence of another length, so that one of
+    them is most likely searched alone once the other has finished. A request with other
+    settings (another beam size, sampling) compiles its own graphs when it first comes."""
     start = time.perf_counter()
-    for batch in (["the compiled search warms up"], ["on a batch", "of two sentences"]):
-        translator.translate(batch)
+    if continuous:
+        for first, joining in ((["on a search", "of two sentences"], []),
+                               (["the compiled search warms up"], ["as sentences join"])):
+            search = ContinuousSearch(translator.model, translator.decode)
+            search.join([translator.encode_source(s) for s in first], list(range(len(first))))
+            search.step()
+            if joining:
+                search.join([translator.encode_source(s) for s in joining], [len(first)])
+            while search.active:
+                search.step()
+    else:
+        for batch in (["the compiled search warms up"], ["on a batch", "of two sentences"]):
+            translator.translate(batch)
     log.info("compiled the search of %s in %.0f s", run_dir, time.perf_counter() - start)
 
 

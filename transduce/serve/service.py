@@ -51,12 +51,10 @@ class Service:
         self.api_keys = settings.keys()
 
     def _batcher(self, model: ServedModel) -> Batcher | ContinuousBatcher:
-        """Continuous batching unless asked otherwise, or a compiled step's static cache, which
-        no sentence can join, is searched, or another engine's search; else batches of the
+        """Continuous batching where asked (`ServeSettings.continuous`), else batches of the
         requests that came together."""
         settings = self.settings
-        if settings.batching and settings.continuous_batching and not settings.compiles() \
-                and settings.engine == "transduce":
+        if settings.continuous():
             return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
                                      on_step=self._counter(model, continuous=True),
                                      stepper=self.stepper)

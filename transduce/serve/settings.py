@@ -31,7 +31,7 @@ class ServeSettings:
     continuous_batching: bool = setting(False,
         "sentences join the search between its steps and leave it when finished, instead of a "
         "search taking the requests that came before it began: the same translations "
-        "(benchmarks/serve.md measures both; not compiled: with it, no --compile by default)")
+        "(benchmarks/serve.md measures both)")
     api_keys: Path | None = setting(None,
         "a file of API keys, one per line: a request giving a key must give one of them, and "
         "is rate-limited by its key instead of its address", metavar="FILE")
@@ -153,18 +153,28 @@ class ServeSettings:
     def from_json(cls, text: str) -> ServeSettings:
         return cls(**json.loads(text))
 
+    def continuous(self) -> bool:
+        """Whether sentences join searches between their steps: --continuous-batching, with
+        batching and transduce's own search."""
+        return self.batching and self.continuous_batching and self.engine == "transduce"
+
     def compiles(self) -> bool:
         """--compile, --no-compile, or where it pays (transduce.decoding.compiled.pays): with
-        transduce's own search on a CPU in float32, batching the requests that came together
-        (continuous batching's sentences join a search, which a compiled step's static cache
-        cannot take)."""
-        if self.compile is not None:
-            return self.compile
+        transduce's own search on a CPU in float32, or on a GPU but for continuous batching
+        there (a GPU's compiled steps replay CUDA graphs, which no sentence can join: refused
+        when asked for)."""
         from transduce.decoding.compiled import pays
         from transduce.runtime import resolve_device
 
-        return (self.engine == "transduce" and not (self.batching and self.continuous_batching)
-                and pays(resolve_device(self.device), self.dtype))
+        device = resolve_device(self.device)
+        replayed = self.continuous() and device.type == "cuda"
+        if self.compile is not None:
+            if self.compile and replayed:
+                raise UserError("--continuous-batching on a GPU searches with eager steps "
+                                "(compiled ones replay CUDA graphs, which no sentence can "
+                                "join): --no-compile")
+            return self.compile
+        return self.engine == "transduce" and not replayed and pays(device, self.dtype)
 
     def threads_per_worker(self) -> int:
         """--threads; else with several workers the CPUs shared among them; with one, all CPUs
