@@ -133,12 +133,9 @@ class StaticKVCache:
         """Add `rows` rows that begin at the next position (continuous batching): the positions
         before are not theirs (`mask`; they hold what the buffers held, finite). In the
         storage's buffers, which keep the rows held in place where they have room for more."""
-        position = int(self.position)
-        held = self.rows
-        old = (torch.zeros(held, dtype=torch.long, device=device) if self.starts is None
-               else self.starts)
-        self.starts = torch.cat([old, torch.full((rows,), position, dtype=torch.long,
-                                                 device=old.device)])
+        position, held = int(self.position), self.rows
+        old = (self.position.new_zeros(held) if self.starts is None else self.starts)
+        self.starts = torch.cat([old, old.new_full((rows,), position)])
         if self.keys is None:  # no step yet: the first brings every row
             return
         before = (self.keys, self.values)
@@ -154,12 +151,12 @@ class StaticKVCache:
     def trim(self, first: int) -> None:
         """Move positions `first` .. the position to the front (positions before `first`, which
         no row reads any more, dropped): `StaticDecoderCache.trim`, which moves the position."""
+        self.starts = self.starts - first
         if self.keys is None:
             return
         end = int(self.position)
         for buffer in (self.keys, self.values):
             buffer[:, :, : end - first] = buffer[:, :, first:end].clone()
-        self.starts = self.starts - first
 
     def select(self, index: Tensor) -> None:
         """Keep rows `index` (1-D, may repeat), copied into the spare buffers."""

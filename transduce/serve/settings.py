@@ -166,15 +166,17 @@ class ServeSettings:
         from transduce.decoding.compiled import pays
         from transduce.runtime import resolve_device
 
-        device = resolve_device(self.device)
-        replayed = self.continuous() and device.type == "cuda"
+        def replayed(device) -> bool:  # continuous batching's steps compiled as CUDA graphs
+            return self.continuous() and device.type == "cuda"
+
         if self.compile is not None:
-            if self.compile and replayed:
+            if self.compile and replayed(resolve_device(self.device)):
                 raise UserError("--continuous-batching on a GPU searches with eager steps "
                                 "(compiled ones replay CUDA graphs, which no sentence can "
                                 "join): --no-compile")
             return self.compile
-        return self.engine == "transduce" and not replayed and pays(device, self.dtype)
+        device = resolve_device(self.device)
+        return self.engine == "transduce" and not replayed(device) and pays(device, self.dtype)
 
     def threads_per_worker(self) -> int:
         """--threads; else with several workers the CPUs shared among them; with one, all CPUs
