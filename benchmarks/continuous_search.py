@@ -10,6 +10,11 @@ largest length.
 
     python benchmarks/continuous_search.py --model runs/m30k-serve
     python benchmarks/continuous_search.py --model runs/m30k-serve --active 8 32 --threads 1
+    python benchmarks/continuous_search.py --model runs/m30k-serve --active 32 --threads 1 \
+        --compile
+
+With `--compile` both search with the compiled steps (as `transduce serve` does on a CPU in
+float32), compiled before the first measurement as the server compiles them while it loads.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def continuous(translator: Translator, sources: list[list[int]], active: int) ->
         took = time.perf_counter() - start
         clock += took
         steps.append(took)
-        lengths.append(search.steps.cache.length if search.steps is not None else 0)
+        lengths.append(int(search.steps.cache.length) if search.steps is not None else 0)
         for owner, _ in finished:
             latencies.append(clock - joined.pop(owner))
         for i in newcomers:
@@ -92,10 +97,16 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=700)
     parser.add_argument("--active", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
+    parser.add_argument("--compile", action="store_true", help="the compiled steps")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    translator = Translator.load(args.model, device="cpu")
+    translator = Translator.load(args.model, device="cpu", compile=args.compile)
+    if args.compile:
+        from transduce.serve.models import warm
+
+        for joining in (False, True):  # batches' graphs, and continuous batching's
+            warm(translator, Path(args.model), joining)
     lines = [s for s in Path(args.src).read_text(encoding="utf-8").splitlines()
              if s.strip()][: args.sentences]
     sources = [translator.encode_source(line) for line in lines]
