@@ -133,8 +133,11 @@ class KVCache:
         than `select` when few rows change."""
         if self._k is None:
             return
+        # from the earliest start of the rows moved (continuous batching: before it their
+        # positions are none of theirs, masked and left as they are)
+        first = 0 if self.starts is None or not len(src) else int(self.starts[src].min())
         for buffer in (self._k, self._v):
-            copy_rows(buffer[: self.rows, :, : self.length], src, dst)
+            copy_rows(buffer[: self.rows, :, first: self.length], src, dst)
         if self.starts is not None:
             copy_rows(self.starts, src, dst)
             self.starts = self.starts[: self.rows if rows is None else rows]

@@ -181,8 +181,11 @@ class StaticKVCache:
         if self.keys is None:
             return
         filled = int(self.position)
+        # from the earliest start of the rows moved: before it their positions are none of
+        # theirs (joined later: continuous batching), masked and left as they are
+        first = 0 if self.starts is None or not len(src) else int(self.starts[src].min())
         for buffer in (self.keys, self.values):
-            copy_rows(buffer[:, :, :filled], src, dst)
+            copy_rows(buffer[:, :, first:filled], src, dst)
         self._keep(self.rows if rows is None else rows)
         if self.starts is not None:
             copy_rows(self.starts, src, dst)
