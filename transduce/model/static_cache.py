@@ -129,7 +129,7 @@ class StaticKVCache:
     def rows(self) -> int:
         return 0 if self.keys is None else len(self.keys)
 
-    def join(self, rows: int, device=None) -> None:
+    def join(self, rows: int) -> None:
         """Add `rows` rows that begin at the next position (continuous batching): the positions
         before are not theirs (`mask`; they hold what the buffers held, finite). In the
         storage's buffers, which keep the rows held in place where they have room for more."""
@@ -244,9 +244,10 @@ class StaticDecoderCache(DecoderCache):
             layer.self_attention.capacity = bucket(max_length - 1) + 1
 
     def join(self, rows: int, device=None) -> None:
-        """`rows` rows join, after the others, at the next position (continuous batching)."""
+        """`rows` rows join, after the others, at the next position (continuous batching), on
+        the cache's own device (`device`: `DecoderCache.join`'s, for a cache not made yet)."""
         for layer in self.layers:
-            layer.self_attention.join(rows, device)
+            layer.self_attention.join(rows)
 
     def trim(self) -> int:
         """Drop the positions before every row's start, once they are at least a quarter of
