@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from transduce.model.cache import KVCache, SourceKVCache
@@ -191,11 +192,15 @@ def test_the_decoder_over_a_static_cache_gives_the_growing_caches_logits():
     assert int(static.length) == growing.length == 5
 
 
-def test_searches_sharing_a_storage_through_windows_give_the_growing_caches_logits():
+@pytest.mark.parametrize("window", ["written", "bucket"])
+def test_searches_sharing_a_storage_through_windows_give_the_growing_caches_logits(window):
     """The compiled step's way: buffers kept from earlier searches (their stale keys masked),
     of more rows or positions than this search's or fewer, and each step reading a window of
-    the positions, not all of them."""
+    the positions, not all of them: those written (a CPU's compiled step) or the least power
+    of two above (CUDA graphs', the positions not written masked)."""
     from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
+
+    read = (lambda t: t + 1) if window == "written" else bucket
 
     from ..conftest import random_tokens, small_model
 
@@ -212,7 +217,7 @@ def test_searches_sharing_a_storage_through_windows_give_the_growing_caches_logi
         with torch.no_grad():
             for t in range(length):
                 if t:
-                    static.read(torch.arange(bucket(t)))
+                    static.read(torch.arange(read(t)))
                 want = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=growing)
                 got = model.decode_next(tokens[:, t : t + 1], memory, mask, cache=static)
                 torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -4,16 +4,19 @@ forward over its own cache.
 
 `Compiled(model)` is searched like the model itself (greedy, beam, sampling, in ensembles): its
 `steps` are the model's `DecoderSteps` over a `StaticDecoderCache`, written at a position that
-is a tensor; each step attends to a window of the positions, the least power of two above the
-newest (16, 32, 64, ...: `bucket`), with those not written yet masked, so the step's code stays
-the same from step to step and Inductor compiles it once: every size is one that varies from the
-first trace (`dynamic=True`: rows, as finished sentences leave the batch, source length, window
-length, buffer length), so one graph serves them all and one more a single source, which Dynamo
-specialises. No two sizes are taken for one because they were equal when traced (duck sizing,
-off in a process that compiles a step: a first batch of 16 source tokens, as many as the first
-window's positions, compiled a graph for that equality and two more for the batches after it);
-the step's tensors are never views (Dynamo guards a view's base); so no batch compiles again
-(tests/serve/test_models.py, tests/decoding/test_compiled.py). Before the first step the
+is a tensor; each step attends to a window of the positions, those written (at least two: a
+size of one Dynamo would specialise), in buffers whose length grows in a few steps (the least
+power of two above the window and one more: `bucket`), so the step's code stays the same from
+step to step and Inductor compiles it once: every size is one that varies from the first trace
+(`dynamic=True`: rows, as finished sentences leave the batch, source length, window length,
+buffer length), so one graph serves them all and one more a single source, which Dynamo
+specialises. (A window of a power of two, the positions not written masked, read up to twice the
+keys and values: 1.01-1.04x slower, docs/speed.md.) No two sizes are taken for one because they were
+equal when traced (duck sizing, off in a process that compiles a step: a first batch of 16 source
+tokens, as many as the first window's positions then, compiled a graph for that equality and two
+more for the batches after it); the step's tensors are never views (Dynamo guards a view's base); so
+no batch compiles again (tests/serve/test_models.py, tests/decoding/test_compiled.py).
+Before the first step the
 cross-attention caches are filled (eager products over the whole source) and the static buffers
 taken; every step then runs compiled, and only reads and writes them, but for the first of
 one row a source (`CompiledSteps._decode`): beam search's, before its k beams, is its only step
@@ -55,7 +58,7 @@ import torch
 from torch import Tensor, nn
 
 from transduce.decoding.ranking import argmax
-from transduce.model.static_cache import StaticDecoderCache, StaticStorage, bucket
+from transduce.model.static_cache import StaticDecoderCache, StaticStorage
 from transduce.model.steps import DecoderSteps
 from transduce.model.transformer import Transformer
 
@@ -109,7 +112,7 @@ class CompiledSteps(DecoderSteps):
                                         self.storage)
 
     def _decode(self) -> Tensor:
-        self.cache.read(self._window(bucket(self._position)))
+        self.cache.read(self._window(self._position + 1))
         if self.cache.layers[0].self_attention.keys is None:
             self._start()
         first = self._position == 0
@@ -129,7 +132,7 @@ class CompiledSteps(DecoderSteps):
         dispatch around a step (~45% of a compiled greedy search's time) come once in k.
         The k steps attend to the window of the last (the same code for each)."""
         k = len(eos_bias)
-        self.cache.read(self._window(bucket(self._position + k - 1)))
+        self.cache.read(self._window(self._position + k))
         if self.cache.layers[0].self_attention.keys is None:
             self._start()
         self._position += k
@@ -167,7 +170,9 @@ class CompiledSteps(DecoderSteps):
             cache.self_attention.reserve(rows, keys)
 
     def _window(self, n: int) -> Tensor:
-        """arange(n), one tensor for each n in a process."""
+        """arange(n), one tensor for each n in a process; n at least 2: a window of one
+        position (the first step's) would be a size Dynamo specialises, a graph more."""
+        n = max(n, 2)
         key = (n, self.memory.device)
         window = self.storage.windows.get(key)
         if window is None:

@@ -1,7 +1,7 @@
 """The static caches of a compiled search step (transduce.decoding.compiled): self-attention
-keys and values in buffers of a fixed length (the window's and one more, or the search's
-whole length), written at a position that is a tensor, read through a window of positions
-whose length grows in a few steps (`bucket`), the buffers kept from search to search
+keys and values in buffers of a fixed length (the window's bucket and one more, or the
+search's whole length), written at a position that is a tensor, read through a window of
+positions, the buffers' length growing in a few steps (`bucket`), kept from search to search
 (`StaticStorage`). Rows may join at the next position (continuous batching: `join`, each row's
 start masking the positions before it, as `KVCache.join`), and positions before every row's
 start are dropped (`trim`)."""
@@ -24,9 +24,9 @@ class StaticStorage:
     earlier search's keys, finite either way, and the mask gives it no weight. One search at a
     time uses a storage (a compiled model's: transduce.decoding.compiled).
 
-    `fitted`: the buffers in use hold one position more than the window read (`StaticKVCache.
-    fit`), moved to the next capacity as the window grows, not the search's whole length from
-    the first step: a compiled step's attention over 16 positions of each row's 129 took
+    `fitted`: the buffers in use hold one position more than the window's bucket
+    (`StaticKVCache.fit`), moved to the next capacity as it grows, not the search's whole
+    length from the first step: a compiled step's attention over 16 positions of each row's 129 took
     1.4-2.3 ms a layer, of each row's 17 0.66-0.89 (290 rows, 4 heads of 32, one thread, AVX2;
     1.4x at 64 positions: docs/speed.md); the move costs a copy of the positions filled, three
     or four times a search. CUDA graphs' storage keeps whole-length buffers (a graph replays
@@ -53,8 +53,8 @@ class StaticStorage:
 
 class StaticKVCache:
     """Self-attention keys and values in buffers of a fixed length, (B, H, capacity, Dh): the
-    window's and one more (`fit`), or the search's whole length (`limit`); each step's written
-    at the decoder's position (a tensor shared by the layers), as gpt-fast keeps them: the
+    window's bucket and one more (`fit`), or the search's whole length (`limit`); each step's
+    written at the decoder's position (a tensor shared by the layers), as gpt-fast keeps them: the
     step's code stays the same from step to step, so `torch.compile` compiles it once
     (transduce.decoding.compiled). Attention reads the positions of the window
     (`StaticDecoderCache.read`; without one, every position) and `mask` hides those not written
@@ -103,7 +103,7 @@ class StaticKVCache:
         return self.keys[:, :, :n], self.values[:, :, :n]
 
     def fit(self, capacity: int) -> None:
-        """Buffers of `capacity` positions from now on (the window's length and one more, see
+        """Buffers of `capacity` positions from now on (the window's bucket and one more, see
         `StaticStorage.fitted`): the positions filled copied over."""
         if capacity == self.capacity:
             return
@@ -227,14 +227,16 @@ class StaticDecoderCache(DecoderCache):
     def read(self, window: Tensor) -> None:
         """The next steps attend to the positions below len(window) (window = arange(n), n at
         least the next position + 1, less than the capacity), not to every one held: a
-        compiled step's attended length, a size that varies, grows in a few steps (`bucket`);
-        the buffers with it, where the storage fits them to the window (`StaticStorage.fitted`).
+        compiled step's attended length, a size that varies (each step's own on a CPU, a few
+        for CUDA graphs: `bucket`); the buffers grow in a few steps, where the storage fits
+        them to the window (`StaticStorage.fitted`): room for the window's bucket and one
+        position more, so that they are copied three or four times a search, not every step.
         """
         for layer in self.layers:
             attention = layer.self_attention
             attention.window = window
             if attention.storage.fitted:
-                attention.fit(len(window) + 1)
+                attention.fit(bucket(len(window) - 1) + 1)
 
     def limit(self, max_length: int) -> None:
         """The length of every static buffer: set before the first step. Room for the largest
@@ -266,8 +268,9 @@ class StaticDecoderCache(DecoderCache):
 
 
 def bucket(position: int) -> int:
-    """The attended length of a step at `position`: the least power of two above it, at least
-    16 (so 16, 32, 64, ...: a handful of lengths, and never more than twice those written)."""
+    """The buffers' length for a step at `position` (one more), and CUDA graphs' attended
+    length: the least power of two above it, at least 16 (so 16, 32, 64, ...: a handful of
+    lengths, and never more than twice those written)."""
     window = 16
     while window <= position:
         window *= 2
