@@ -12,6 +12,8 @@ largest length.
     python benchmarks/continuous_search.py --model runs/m30k-serve --active 8 32 --threads 1
     python benchmarks/continuous_search.py --model runs/m30k-serve --active 32 --threads 1 \
         --compile
+    python benchmarks/continuous_search.py --model runs/m30k-serve --active 32 --threads 1 \
+        --compile --max-search-sentences 0 24 16 12 8
 
 With `--compile` both search with the compiled steps (as `transduce serve` does on a CPU in
 float32), compiled before the first measurement as the server compiles them while it loads.
@@ -38,27 +40,34 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def continuous(translator: Translator, sources: list[list[int]], active: int) -> dict:
+def continuous(translator: Translator, sources: list[list[int]], clients: int,
+               max_sentences: int = 0) -> dict:
+    """A `ContinuousSearch` serving `clients` (each sends its next sentence when its last is
+    answered): the sentences waiting join at the next step, in order of arrival, at most
+    `max_sentences` in the search at once (0: every client's, as `transduce serve
+    --max-search-sentences`); latency from a sentence's arrival."""
     search = ContinuousSearch(translator.model, translator.decode)
-    search.join(sources[:active], list(range(active)))
-    joined, latencies, steps, lengths = dict.fromkeys(range(active), 0.0), [], [], []
-    following, clock = active, 0.0
-    while following < len(sources) or search.active:
+    cap = max_sentences or clients
+    arrived, waiting = dict.fromkeys(range(clients), 0.0), list(range(clients))
+    latencies, steps, lengths = [], [], []
+    following, clock = clients, 0.0
+    while waiting or search.active:
         start = time.perf_counter()
+        room = cap - search.active
+        if room > 0 and waiting:
+            joining, waiting[:] = waiting[:room], waiting[room:]
+            search.join([sources[i] for i in joining], joining)
         finished = search.step()
-        newcomers = [i for i in range(following, min(len(sources),
-                                                     following + len(finished)))]
-        if newcomers:  # as many join as left: N clients, each sending its next sentence
-            search.join([sources[i] for i in newcomers], newcomers)
-            following += len(newcomers)
         took = time.perf_counter() - start
         clock += took
         steps.append(took)
         lengths.append(int(search.steps.cache.length) if search.steps is not None else 0)
         for owner, _ in finished:
-            latencies.append(clock - joined.pop(owner))
-        for i in newcomers:
-            joined[i] = clock
+            latencies.append(clock - arrived.pop(owner))
+            if following < len(sources):  # its client's next sentence
+                arrived[following] = clock
+                waiting.append(following)
+                following += 1
     return {"sentences/s": len(latencies) / clock, "step p50": _quantile(steps, 0.5),
             "step p99": _quantile(steps, 0.99), "cache mean": sum(lengths) / len(lengths),
             "cache max": max(lengths), "p50": _quantile(latencies, 0.5),
@@ -98,6 +107,9 @@ def main() -> None:
     parser.add_argument("--active", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
     parser.add_argument("--compile", action="store_true", help="the compiled steps")
+    parser.add_argument("--max-search-sentences", type=int, nargs="+", default=[0],
+                        help="continuous batching's sentences at once at most, each in turn "
+                        "(0: every client's)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -112,17 +124,19 @@ def main() -> None:
     sources = [translator.encode_source(line) for line in lines]
     print(f"{torch.get_num_threads()} threads; model {args.model}; {len(lines)} sentences; "
           f"beam {translator.decode.beam_size}\n")
-    print("| search | clients | sentences/s | step p50 / p99 ms | cache mean / max | "
+    print("| search | clients | at once | sentences/s | step p50 / p99 ms | cache mean / max | "
           "latency p50 / p95 / p99 ms |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for active in args.active:
         translator.translate(lines[:64])  # warm-up
-        c = continuous(translator, sources, active)
+        for cap in args.max_search_sentences:
+            c = continuous(translator, sources, active, cap)
+            print(f"| continuous | {active} | {cap or active} | {c['sentences/s']:.1f} | "
+                  f"{1000 * c['step p50']:.1f} / {1000 * c['step p99']:.1f} | "
+                  f"{c['cache mean']:.0f} / {c['cache max']} | {1000 * c['p50']:.0f} / "
+                  f"{1000 * c['p95']:.0f} / {1000 * c['p99']:.0f} |", flush=True)
         b = batches(translator, lines, active)
-        print(f"| continuous | {active} | {c['sentences/s']:.1f} | {1000 * c['step p50']:.1f} / "
-              f"{1000 * c['step p99']:.1f} | {c['cache mean']:.0f} / {c['cache max']} | "
-              f"{1000 * c['p50']:.0f} / {1000 * c['p95']:.0f} / {1000 * c['p99']:.0f} |")
-        print(f"| batching | {active} | {b['sentences/s']:.1f} | | | {1000 * b['p50']:.0f} / "
+        print(f"| batching | {active} | | {b['sentences/s']:.1f} | | | {1000 * b['p50']:.0f} / "
               f"{1000 * b['p95']:.0f} / {1000 * b['p99']:.0f} |", flush=True)
 
 

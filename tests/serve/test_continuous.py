@@ -104,6 +104,24 @@ def test_a_token_budget_holds_sentences_back_until_others_leave(translator):
     assert [r[0].text for r in results] == translator.translate(SENTENCES, beam_size=1)
 
 
+def test_a_sentence_budget_holds_sentences_back_until_others_leave(translator):
+    searched = []
+    batcher = ContinuousBatcher(translator, max_sentences=3,
+                                on_step=lambda n, *_: searched.append(n))
+    beam = _search(translator, 3)
+    requests = [SENTENCES[:4], *([s] for s in SENTENCES * 2)]  # one of four: held back too
+
+    async def main():
+        batcher.start()
+        results = await asyncio.gather(*(batcher.translate(r, beam) for r in requests))
+        await batcher.stop()
+        return results
+    results = asyncio.run(main())
+    assert max(searched) == 3  # 20 sentences at once, 3 searched at a time
+    for sentences, got in zip(requests, results, strict=True):
+        assert [t.text for t in got] == translator.translate(sentences, beam_size=3)
+
+
 def test_a_cancelled_request_does_not_join(translator):
     steps = []
     batcher = ContinuousBatcher(translator, max_tokens=8, on_step=lambda n, *_: steps.append(n))

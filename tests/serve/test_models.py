@@ -50,6 +50,8 @@ def test_settings_from_the_command_line(tmp_path):
         read_api_keys(keys)
     with pytest.raises(UserError, match="--max-batch-tokens must be at least 1"):
         ServeSettings(max_batch_tokens=0)
+    with pytest.raises(UserError, match="--max-search-sentences must not be negative"):
+        ServeSettings(max_search_sentences=-1)
     with pytest.raises(UserError, match="--rate-limit 'fast': expected N/minute"):
         ServeSettings(rate_limit="fast")
     with pytest.raises(UserError, match="--rate-limit with --workers above 1 needs "

@@ -4,8 +4,9 @@
 
 A request that arrives during a search no longer waits for the search to end: its sentences join
 at the next step (one search per kind of search asked for: settings, n-best, attention; those
-alive are stepped in turn), within a budget of source tokens searched at once; a sentence leaves
-as soon as it is finished, and a request is answered when its last sentence is. Each sentence
+alive are stepped in turn), within a budget of source tokens searched at once and, if set, of
+sentences; a sentence leaves as soon as it is finished, and a request is answered when its last
+sentence is. Each sentence
 gets what it gets alone, so what `transduce translate` gives. The event loop only queues
 sentences and resolves futures; the searching never blocks it.
 """
@@ -50,15 +51,21 @@ class _Job:
 
 class ContinuousBatcher:
     """As `Batcher` (start, translate, stop), with sentences joining searches between steps.
+    `max_sentences`: sentences searched at once at most (0: as many as `max_tokens` allows);
+    the others wait, in order of arrival, for sentences to leave. A step's time grows with its
+    sentences and every sentence takes all its steps, so a long sentence's wait is its length
+    times a full batch's step: fewer at once keep that tail short, and on a CPU cost little
+    throughput (benchmarks/serve.md).
     `on_step(sentences, source tokens, seconds, finished translations)` is told of each step.
     `stepper`: the thread that steps the searches, shared by a server's models (`Stepper`);
     else the batcher's own."""
 
-    def __init__(self, translator: Translator, *, max_tokens: int = 4096,
+    def __init__(self, translator: Translator, *, max_tokens: int = 4096, max_sentences: int = 0,
                  on_step: Callable[[int, int, float, list], None] | None = None,
                  stepper: Stepper | None = None) -> None:
         self.translator = translator
         self.max_tokens = max_tokens
+        self.max_sentences = max_sentences
         self.on_step = on_step
         self.stepper = stepper or Stepper()
         self._ids = itertools.count()
@@ -155,11 +162,14 @@ class ContinuousBatcher:
 
     def _admit(self) -> None:
         """Waiting sentences join their searches, in order of arrival, while the source tokens
-        searched at once stay within max_tokens (a search with none takes one anyway)."""
+        searched at once stay within max_tokens (a search with none takes one anyway) and the
+        sentences within max_sentences."""
         waiting, searches = self._waiting, self._searches
         joining: dict[Search, list] = {}
         held = sum(s.tokens for s in searches.values())
-        while waiting:
+        room = (self.max_sentences - sum(s.active for s in searches.values())
+                if self.max_sentences else len(waiting))
+        while waiting and room > 0:
             job, at = waiting[0]
             if job.future.done():  # cancelled: its client is gone or timed out
                 waiting.popleft()
@@ -175,6 +185,7 @@ class ContinuousBatcher:
                 break
             waiting.popleft()
             held += len(source)
+            room -= 1
             sentence_id = next(self._ids)
             self._owners[sentence_id] = (job, at, source)
             forced = self.translator.encode_prefix(job.prefixes[at] if job.prefixes else "")

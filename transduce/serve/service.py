@@ -56,6 +56,7 @@ class Service:
         settings = self.settings
         if settings.continuous():
             return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
+                                     max_sentences=settings.max_search_sentences,
                                      on_step=self._counter(model, continuous=True),
                                      stepper=self.stepper)
         return Batcher(model.translator, max_tokens=settings.max_batch_tokens,

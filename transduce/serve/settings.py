@@ -25,6 +25,9 @@ class ServeSettings:
     max_alternatives: int = setting(3, "LibreTranslate's alternatives at most")
     max_batch_tokens: int = setting(4096,
         "source tokens searched together, from all waiting requests")
+    max_search_sentences: int = setting(0,
+        "with --continuous-batching: sentences searched at once at most, the others waiting "
+        "for some to leave (0: as many as --max-batch-tokens allows)")
     batch_wait_ms: float = setting(5.0, "how long a batch waits for more requests to join it "
                                         "(not with --continuous-batching)")
     batching: bool = setting(True, "false (--no-batching): one request at a time, as they come")
@@ -87,7 +90,8 @@ class ServeSettings:
                      "worker_healthcheck_timeout"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
-        for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives", "body_timeout"):
+        for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives", "body_timeout",
+                     "max_search_sentences"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must not be negative")
         for name in ("max_chars", "max_texts"):
