@@ -61,6 +61,39 @@ def test_joining_sentences_get_what_beam_search_gives_each_alone(decode, nbest):
     assert len({len(hyps[0].tokens) for hyps in alone}) > 1  # finished at different steps
 
 
+def test_sentences_dropped_between_steps_leave_and_the_others_get_what_they_get_alone():
+    """`drop`: a server's cancelled requests leave the search; the sentences left are searched
+    as before, and a search all of whose sentences were dropped starts again at the next join."""
+    model, decode = _model_that_stops(), DecodeConfig(beam_size=4, max_len_b=12)
+    sources = _sources(20, seed=1)
+    alone = [beam_search(model, torch.tensor([s]), decode)[0] for s in sources]
+    search, rng = ContinuousSearch(model, decode), random.Random(2)
+    queue, found, dropped, step = list(range(len(sources))), {}, set(), 0
+    while queue or search.active:
+        if queue and step % 2 == 0:
+            search.join([sources[i] for i in queue[:3]], queue[:3])
+            queue = queue[3:]
+        if step % 3 == 1 and search.active:
+            owner = rng.choice([s.owner for s in search.sentences])
+            assert search.drop({owner, "nobody's"}) == 1
+            dropped.add(owner)
+        for owner, hypotheses in search.step():
+            found[owner] = hypotheses
+        step += 1
+    assert dropped and not dropped & found.keys()
+    assert found.keys() | dropped == set(range(len(sources)))
+    assert {i: [h.tokens for h in found[i]] for i in found} == \
+        {i: [h.tokens for h in alone[i]] for i in found}
+
+    search.join(sources[:2], ["a", "b"])
+    search.step()
+    assert search.drop({"a", "b"}) == 2 and not search.active and not search.step()
+    search.join(sources[2:3], ["c"])
+    while search.active:
+        finished = search.step()
+    assert [h.tokens for h in finished[0][1]] == [h.tokens for h in alone[2]]
+
+
 def test_forced_prefixes_and_an_ensemble_join_too():
     first = _model_that_stops()
     torch.manual_seed(1)

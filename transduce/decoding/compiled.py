@@ -141,19 +141,6 @@ class CompiledSteps(DecoderSteps):
             self.cache, self._never, eos_bias)
         return tokens
 
-    def join(self, src: Tensor) -> None:
-        """As `DecoderSteps.join` (continuous batching), the sources' cross-attention keys and
-        values made now, eagerly, where a step has made the others' (the compiled steps only
-        read them); the rows' self-attention masked before their start (`StaticKVCache.join`:
-        a graph of its own, once a process)."""
-        held = len(self.memory)
-        super().join(src)
-        if self.cache.layers[0].self_attention.keys is None:  # no step yet: `_start` makes all
-            return
-        memory = self.memory[held:]
-        for layer, cache in zip(self.model.decoder.layers, self.cache.layers, strict=True):
-            cache.cross_attention.append(*layer.cross_attn.source_keys(memory))
-
     def append(self, tokens: Tensor) -> None:
         super().append(tokens)
         if self.joined:  # positions no row reads any more dropped: the cache's position moved

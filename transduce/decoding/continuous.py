@@ -76,6 +76,7 @@ class ContinuousSearch:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @torch.no_grad()
     def join(self, sources: list[list[int]], owners: list[Hashable],
              prefixes: list[list[int]] | None = None,
              constraints: list[list[list[int]]] | None = None) -> None:
@@ -177,10 +178,25 @@ class ContinuousSearch:
         found = [(self.sentences[i].owner,
                   _best(self.sentences[i].finished, self.sentences[i].fallback, self.nbest))
                  for i in done.nonzero().squeeze(1).tolist()]
+        self._leave(done)
+        return found
+
+    @torch.no_grad()
+    def drop(self, owners: set[Hashable]) -> int:
+        """The sentences of `owners` leave between steps, unfinished and untold (their requests
+        were cancelled: a client gone, a timeout). Returns how many left."""
+        gone = [s.owner in owners for s in self.sentences]
+        if any(gone):
+            self._leave(torch.tensor(gone, device=self._own.device))
+        return sum(gone)
+
+    def _leave(self, done: Tensor) -> None:
+        """The sentences with `done` (n,) leave the batch, the others kept in order of the
+        caches' least copying (`compacting_order`)."""
         if done.all():  # empty: the next join starts a new batch
             self.steps, self.sentences, self.source_tokens = None, [], []
             self._table = self._progress = None
-            return found
+            return
         keep = compacting_order(done)
         kept = keep.tolist()
         self.sentences = [self.sentences[i] for i in kept]
@@ -189,7 +205,6 @@ class ContinuousSearch:
         self._limits = self._limits[keep]
         if self._table is not None:
             self._table, self._progress = self._table.select(keep), self._progress.select(keep)
-        rows = (keep[:, None] * k + torch.arange(k, device=keep.device)).view(-1)
+        rows = (keep[:, None] * self.k + torch.arange(self.k, device=keep.device)).view(-1)
         self._tokens = self._tokens.index_select(0, rows)
         self.steps.select(keep)
-        return found

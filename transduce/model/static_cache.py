@@ -189,7 +189,7 @@ class StaticKVCache:
         self._keep(self.rows if rows is None else rows)
         if self.starts is not None:
             copy_rows(self.starts, src, dst)
-            self.starts = self.starts[: self.rows]
+            self.starts = self.starts[: self.rows].detach()  # not a view, as `_keep`'s
 
     def _keep(self, rows: int) -> None:
         self.keys, self.values = (b[:rows].detach() for b in self._buffers)

@@ -88,12 +88,17 @@ class DecoderSteps:
     def join(self, src: Tensor) -> None:
         """Sources src (n, S) join the batch at the next step, after the others, `group` rows
         each, all starting from <bos> (continuous batching: the search decides what the rows
-        hold). Their encoder output is computed now; their cross-attention keys and values when
-        the decoder first meets them; their self-attention starts at the next position."""
+        hold). Their encoder output is computed now, and their cross-attention keys and values
+        where a step has made the others' (else the first step makes all), so that the sources
+        held are always those of the keys (sentences may leave before the next step: a server's
+        cancelled requests), and a compiled step only reads them; their self-attention starts
+        at the next position (a static cache's rows masked before their start: a graph of its
+        own, once a process)."""
         if self.cache is None:
             raise ValueError("joining a batch needs the cache")
         mask = self.model.src_mask(src)
         memory = self.model.encode(src, mask)
+        held = len(self.memory)
         length = max(self.memory.shape[1], memory.shape[1])
         self.memory = torch.cat([_pad_positions(self.memory, length),
                                  _pad_positions(memory, length)])
@@ -101,6 +106,10 @@ class DecoderSteps:
                                    _pad_positions(mask, length, dim=-1)])
         rows = len(src) * self.group
         self.cache.join(rows, device=src.device)
+        if self.cache.layers and self.cache.layers[0].cross_attention.keys is not None:
+            joining = self.memory[held:]
+            for layer, cache in zip(self.model.decoder.layers, self.cache.layers, strict=True):
+                cache.cross_attention.append(*layer.cross_attn.source_keys(joining))
         self.joined = True
         self.inputs = torch.cat([self.inputs, torch.full(
             (rows, 1), self.model.config.bos_id, dtype=torch.long, device=src.device)])
