@@ -142,6 +142,31 @@ def test_a_cancelled_request_does_not_join(translator):
     assert max(steps) == 1  # "seven" never joined
 
 
+def test_a_cancelled_request_leaves_the_search_at_the_next_step(translator):
+    steps, cancelled = [], threading.Event()
+
+    def on_step(n, *_) -> None:  # on the search thread: no second step before the cancel
+        steps.append(n)
+        cancelled.wait(10)
+
+    batcher = ContinuousBatcher(translator, on_step=on_step)
+
+    async def main():
+        batcher.start()
+        gone = asyncio.ensure_future(batcher.translate(LONG, _search(translator, 3)))
+        while not steps:  # its sentences are in the search
+            await asyncio.sleep(0.001)
+        gone.cancel()
+        await asyncio.sleep(0)
+        cancelled.set()
+        kept = await batcher.translate(["seven"], _search(translator, 3))
+        await batcher.stop()
+        return kept
+    kept = asyncio.run(main())
+    assert steps[0] == len(LONG) and max(steps[1:]) == 1  # the long ones left after a step
+    assert [t.text for t in kept] == translator.translate(["seven"], beam_size=3)
+
+
 @pytest.mark.parametrize("failing", ["step", "result"])
 def test_a_failing_search_answers_its_requests_with_the_error_and_goes_on(translator,
                                                                           monkeypatch, failing):

@@ -102,7 +102,7 @@ def test_libretranslatepy_and_libretranslate_aio(server, translator):
     assert batch.translated_text == translator.translate(["seven", "twelve"])
 
 
-@pytest.mark.parametrize("batching", [["--batch-wait-ms", "20"], ["--continuous-batching"],
+@pytest.mark.parametrize("batching", [["--batch-wait-ms", "20"],
                                       ["--continuous-batching", "--max-search-sentences", "8"]])
 def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path, batching):
     lines = [num2words(n) for n in range(1, 1000, 15)][:64]

@@ -93,7 +93,8 @@ class ContinuousBatcher:
                         terms: list[list[str]] | None = None) -> list[Translation]:
         """The translations of `sentences`, in order (each starting with its prefix and
         holding its terms, if given). Cancelling the await (a client gone, a timeout) keeps its
-        sentences that have not joined a search yet from joining."""
+        sentences that have not joined a search yet from joining, and takes those that have out
+        at the next step."""
         if not self.stepper.takes(self):
             raise RuntimeError("ContinuousBatcher.start() was not called")
         loop = asyncio.get_running_loop()
@@ -120,6 +121,7 @@ class ContinuousBatcher:
         """Waiting sentences join, then one step of each search; stop()'s wait ends once it was
         called and nothing is left."""
         try:
+            self._drop_cancelled()
             self._admit()
             for search_of in list(self._searches):
                 if self._searches[search_of].active:
@@ -159,6 +161,16 @@ class ContinuousBatcher:
             done.append(translation)
         if self.on_step is not None:
             self.on_step(searched, tokens, time.perf_counter() - start, done)
+
+    def _drop_cancelled(self) -> None:
+        """The sentences of requests cancelled (a client gone, a timeout) leave their searches:
+        no step is spent on a translation nobody waits for."""
+        gone = {i for i, (job, _, _) in self._owners.items() if job.future.done()}
+        if gone:
+            for search in self._searches.values():
+                search.drop(gone)
+            for i in gone:
+                del self._owners[i]
 
     def _admit(self) -> None:
         """Waiting sentences join their searches, in order of arrival, while the source tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transduce.decoding.continuous import ContinuousSearch
@@ -115,21 +115,25 @@ def warm(translator: Translator, run_dir: Path, continuous: bool = False) -> Non
     counts as up, so that no client waits for it: a batch of one sentence and one of two
     (Dynamo compiles a graph of its own for a single source; one more serves every other
     batch: transduce.decoding.compiled); with `continuous` (continuous batching) the same
-    before any sentence has joined a search and after: a search of two sentences, and one of
-    one that another joins after its first step, a sentence of another length, so that one of
-    them is most likely searched alone once the other has finished. A request with other
-    settings (another beam size, sampling) compiles its own graphs when it first comes."""
+    before any sentence has joined a search and after, each state brought about by sentences
+    joining and leaving (`ContinuousSearch.drop`; none ends on its own in the four steps:
+    `min_len`, which the graphs do not depend on), whatever the model translates them to. A
+    request with other settings (another beam size, sampling) compiles its own graphs when it
+    first comes."""
     start = time.perf_counter()
     if continuous:
-        for first, joining in ((["on a search", "of two sentences"], []),
-                               (["the compiled search warms up"], ["as sentences join"])):
-            search = ContinuousSearch(translator.model, translator.decode)
-            search.join([translator.encode_source(s) for s in first], list(range(len(first))))
-            search.step()
-            if joining:
-                search.join([translator.encode_source(s) for s in joining], [len(first)])
-            while search.active:
-                search.step()
+        sources = [translator.encode_source(s) for s in
+                   ("the compiled search warms up", "on a search", "as sentences join")]
+        decode = replace(translator.decode, min_len=max(translator.decode.min_len, 5))
+        search = ContinuousSearch(translator.model, decode)
+        search.join(sources[:2], [0, 1])
+        search.step()  # two sources
+        search.drop({1})
+        search.step()  # one
+        search.join(sources[2:], [2])
+        search.step()  # two, one of which joined
+        search.drop({2})
+        search.step()  # one, after a join
     else:
         for batch in (["the compiled search warms up"], ["on a batch", "of two sentences"]):
             translator.translate(batch)
