@@ -6,9 +6,9 @@ A request that arrives during a search no longer waits for the search to end: it
 at the next step (one search per kind of search asked for: settings, n-best, attention; those
 alive are stepped in turn), within a budget of source tokens searched at once and, if set, of
 sentences; a sentence leaves as soon as it is finished, and a request is answered when its last
-sentence is. Each sentence
-gets what it gets alone, so what `transduce translate` gives. The event loop only queues
-sentences and resolves futures; the searching never blocks it.
+sentence is, or leaves at the next step if its request is cancelled (a client gone, a timeout).
+Each sentence gets what it gets alone, so what `transduce translate` gives. The event loop only
+queues sentences and resolves futures; the searching never blocks it.
 """
 
 from __future__ import annotations
