@@ -166,7 +166,8 @@ def test_compiled_sampling_prefixes_and_ensembles_find_the_eager_tokens(model, s
 
 @own_path_only
 def test_sentences_join_the_compiled_search_and_get_what_beam_search_gives_alone(model):
-    """Continuous batching over the compiled steps (`CompiledSteps.join`): sentences that join
+    """Continuous batching over the compiled steps (`DecoderSteps.join`, a static cache's
+    `StaticKVCache.join`): sentences that join
     between steps, a few at a time, get the eager beam search's n-best alone; the busy search
     drops the positions no sentence reads any more (`StaticDecoderCache.trim`: its position
     moves back, its window with it). Its graphs: before any sentence joined and after, each

@@ -31,7 +31,7 @@ search in flight, taken when its steps are made and given back when they are dro
 searches at once, transduce.decoding.parallel, each have their own): allocating and zeroing a
 batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
 Sentences may join the steps between them (continuous batching, transduce.decoding.continuous:
-`CompiledSteps.join`): their rows' self-attention starts at the next position, each row masked
+`DecoderSteps.join`): their rows' self-attention starts at the next position, each row masked
 before its own start (`StaticKVCache.join`), their cross-attention keys made as they join, and
 positions no row reads any more dropped (`StaticDecoderCache.trim`); a search that rows have
 joined is a graph of its own (and one more for a single source), once a process.
