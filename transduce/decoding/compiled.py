@@ -11,17 +11,18 @@ step to step and Inductor compiles it once: every size is one that varies from t
 (`dynamic=True`: rows, as finished sentences leave the batch, source length, window length,
 buffer length), so one graph serves them all and one more a single source, which Dynamo
 specialises. (A window of a power of two, the positions not written masked, read up to twice the
-keys and values: 1.01-1.04x slower, docs/speed.md.) No two sizes are taken for one because they were
-equal when traced (duck sizing, off in a process that compiles a step: a first batch of 16 source
-tokens, as many as the first window's positions then, compiled a graph for that equality and two
-more for the batches after it); the step's tensors are never views (Dynamo guards a view's base); so
-no batch compiles again (tests/serve/test_models.py, tests/decoding/test_compiled.py).
-Before the first step the
-cross-attention caches are filled (eager products over the whole source) and the static buffers
-taken; every step then runs compiled, and only reads and writes them, but for the first of
-one row a source (`CompiledSteps._decode`): beam search's, before its k beams, is its only step
-of that kind, and compiled it would be two graphs more (one source or several), as long to
-compile as the two of every other step, for one step a search. Steps of one row a source
+keys and values: 1.01-1.04x slower, docs/speed.md.) No two sizes are taken for one because they
+were equal when traced (duck sizing, off in a process that compiles a step: a first batch of 16
+source tokens, as many as the first window's positions then, compiled a graph for that equality
+and two more for the batches after it); the step's tensors are never views (Dynamo guards a
+view's base); so no batch compiles again (tests/serve/test_models.py,
+tests/decoding/test_compiled.py). Before the first step the cross-attention caches are filled
+(eager products over the whole source) and the static buffers taken; every step then runs
+compiled, and only reads and writes them, but for the first of one row a source
+(`CompiledSteps._decode`): beam search's, before its k beams, is its only step of that kind, and
+compiled it would be two graphs more (one source or several), as long to compile as the two of
+every other step, for one step a search.
+Steps of one row a source
 throughout (sampling, forced prefixes) compile theirs at the second. Greedy
 search takes its tokens `greedy_block` at a time from one graph (`CompiledSteps.greedy`: the
 steps unrolled, each argmax fed to the next inside the graph), so the Python around a step

@@ -115,13 +115,10 @@ class MultiHeadAttention(nn.Module):
         else:
             d = x.shape[-1]
             (q,) = self._heads(self.in_proj(x, slice(0, d)), 1)
-            held = cache.keys.shape[0] if cache is not None and len(cache) else 0
-            new = memory.shape[0] - held if cache is not None else 0
-            if cache is not None and not new:
-                k, v = cache.keys, cache.values
-            else:  # the sources not held yet: all, or (continuous batching) those that joined
-                k, v = self.source_keys(memory[memory.shape[0] - new:] if cache is not None
-                                        else memory)
+            if cache is not None and len(cache):  # made at the first step, and as sources
+                k, v = cache.keys, cache.values  # join (transduce.model.steps.DecoderSteps.join)
+            else:
+                k, v = self.source_keys(memory)
                 if cache is not None:
                     k, v = cache.append(k, v)
         # 2) attend, each head on its own. With fewer memory rows than query rows (the beams of

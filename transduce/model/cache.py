@@ -127,15 +127,13 @@ class KVCache:
         if self.starts is not None:
             self.starts = self.starts[index]
 
-    def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
+    def move(self, src: Tensor, dst: Tensor, rows: int | None = None, first: int = 0) -> None:
         """Copy rows `src` into rows `dst` (1-D, the same length), all read before any is
         written; the other rows stay; then keep the first `rows` rows (default: all). Cheaper
-        than `select` when few rows change."""
+        than `select` when few rows change. Positions from `first` (`_select`'s
+        `_first_moved`), before which none is a moved row's."""
         if self._k is None:
             return
-        # from the earliest start of the rows moved (continuous batching: before it their
-        # positions are none of theirs, masked and left as they are)
-        first = 0 if self.starts is None or not len(src) else int(self.starts[src].min())
         for buffer in (self._k, self._v):
             copy_rows(buffer[: self.rows, :, first: self.length], src, dst)
         if self.starts is not None:
@@ -297,11 +295,21 @@ def _select(caches: list[KVCache], index: Tensor) -> None:
     their places: see `compacting_order`), else into the spare buffers."""
     fits = caches and caches[0].rows and len(index) <= caches[0].rows
     moved = moved_rows(index) if fits else None
-    for cache in caches:
-        if moved is None:
+    if moved is None:
+        for cache in caches:
             cache.select(index)
-        else:
-            cache.move(index[moved], moved, rows=len(index))
+        return
+    src = index[moved]
+    first = _first_moved(caches[0].starts, src)  # the layers' rows start alike
+    for cache in caches:
+        cache.move(src, moved, rows=len(index), first=first)
+
+
+def _first_moved(starts: Tensor | None, src: Tensor) -> int:
+    """The earliest position rows `src` read: their earliest start once rows have joined later
+    (continuous batching: the positions before are none of theirs, masked and left as they
+    are), else 0."""
+    return 0 if starts is None or not len(src) else int(starts[src].min())
 
 
 __all__ = ["DecoderCache", "KVCache", "LayerCache", "SourceKVCache", "copy_rows",

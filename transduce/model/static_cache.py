@@ -175,15 +175,13 @@ class StaticKVCache:
         if self.starts is not None:
             self.starts = self.starts[index]
 
-    def move(self, src: Tensor, dst: Tensor, rows: int | None = None) -> None:
-        """Copy rows `src` into rows `dst` in place, then keep the first `rows` (as
-        KVCache.move; the choice between the two is `transduce.model.cache._select`'s)."""
+    def move(self, src: Tensor, dst: Tensor, rows: int | None = None, first: int = 0) -> None:
+        """Copy rows `src` into rows `dst` in place, positions from `first` on, then keep the
+        first `rows` (as KVCache.move; the choice between the two is
+        `transduce.model.cache._select`'s)."""
         if self.keys is None:
             return
         filled = int(self.position)
-        # from the earliest start of the rows moved: before it their positions are none of
-        # theirs (joined later: continuous batching), masked and left as they are
-        first = 0 if self.starts is None or not len(src) else int(self.starts[src].min())
         for buffer in (self.keys, self.values):
             copy_rows(buffer[:, :, first:filled], src, dst)
         self._keep(self.rows if rows is None else rows)
