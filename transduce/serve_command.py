@@ -67,7 +67,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from transduce.serve import ModelSpec, create_app, load_models
+        from transduce.serve import ModelSpec, create_app
         from transduce.serve.app import MODELS_VARIABLE, SETTINGS_VARIABLE
         from transduce.serve.metrics import MULTIPROCESS
         from transduce.serve.models import check_specs
@@ -85,15 +85,8 @@ def serve(args: argparse.Namespace) -> int:
     check_port(args.host, args.port)
     serving = dict(host=args.host, port=args.port, log_config=LOG_CONFIG, access_log=False,
                    timeout_graceful_shutdown=None)  # transduce.serve.access logs each request
-    if settings.workers == 1:
-        if settings.threads_per_worker():  # before loading, as a worker's create_app does
-            import torch
-
-            torch.set_num_threads(settings.threads_per_worker())
-        app = create_app(load_models(specs, device=args.device, dtype=args.dtype,
-                                     compile=settings.compiles(), engine=args.engine,
-                                     continuous=settings.continuous()),
-                         settings)
+    if settings.workers == 1:  # loaded as a worker's create_app loads them
+        app = create_app(args.model, settings)
     else:  # each worker process builds its app from the environment (create_app's factory)
         check_specs(specs)
         if any("," in m for m in args.model):

@@ -40,3 +40,21 @@ def test_the_api_answers_with_ctranslate2s_translations(ct2):
 def test_a_search_ctranslate2_cannot_make_is_refused_before_serving(ct2):
     with pytest.raises(UserError, match="pass --length-normalization power"):
         make_app(ct2, engine="ctranslate2")  # the run's beam 3 with gnmt's length penalty
+
+
+def test_two_searches_at_once_are_ctranslate2s_inter_threads(run_dir):
+    """`serve --engine ctranslate2 --searches 2`: CTranslate2 with two translators, searching
+    the requests of two search threads at once; each request gets what it gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transduce.serve import ServeSettings, create_app
+
+    app = create_app([str(run_dir)], ServeSettings(engine="ctranslate2", searches=2, threads=2,
+                                                   decode=POWER))
+    [model] = app.state.service.models.values()
+    assert model.translator.engine.num_translators == 2
+    lines = SENTENCES * 4
+    with TestClient(app) as client, ThreadPoolExecutor(8) as clients:
+        bodies = list(clients.map(lambda line: client.post(
+            "/translate", json={"q": line, "source": "en", "target": "de"}).json(), lines))
+    assert [b["translatedText"] for b in bodies] == model.translator.translate(lines, **POWER)

@@ -103,15 +103,23 @@ def test_libretranslatepy_and_libretranslate_aio(server, translator):
 
 
 @pytest.mark.parametrize("batching", [["--batch-wait-ms", "20"],
-                                      ["--continuous-batching", "--max-search-sentences", "8"]])
+                                      ["--continuous-batching", "--max-search-sentences", "8",
+                                       "--searches", "2", "--threads", "2", "--compile"]])
 def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path, batching):
+    """Batches, and continuous batching in two searches at once, compiled: warmed for them
+    before /health (two searches: on one thread each, a count Dynamo's guards hold), so that
+    nothing is compiled while serving."""
     lines = [num2words(n) for n in range(1, 1000, 15)][:64]
     expected = _translate_command(run_dir, lines, tmp_path)
-    _, url = server(*batching)
+    _, url = server(*batching, env=dict(TORCH_LOGS="recompiles,graph_code"))
+    log = tmp_path / f"server-{url.rsplit(':', 1)[1]}.log"
+    warmed = log.read_text()  # up to /health
 
     responses = asyncio.run(_one_request_per_line(url, lines))
     assert [r.status_code for r in responses] == [200] * 64
     assert [r.json()["translatedText"] for r in responses] == expected
+    if "--compile" in batching:
+        assert "TRACED GRAPH" in warmed and "TRACED GRAPH" not in log.read_text()[len(warmed):]
     _metric_reaches(url, 'transduce_sentences_total{model="en-de"}', 64)  # all counted
     searched = _metric(url, 'transduce_batch_sentences_sum{model="en-de"}')
     steps = _metric(url, 'transduce_batch_sentences_count{model="en-de"}')
@@ -229,8 +237,10 @@ DECODE_OPTIONS = {"--beam-size": "3", "--length-penalty": "1.5", "--length-norma
 def test_the_search_options_tables_hold_every_search_option_serve_lists():
     from ..test_every_option import listed
 
-    # (--split-sentences: the same in both, tested in tests/serve/test_documents.py)
-    shared = listed("serve") & listed("translate") - {"--model", "--help", "--split-sentences"}
+    # (--split-sentences: the same in both, tested in tests/serve/test_documents.py;
+    # --searches: a worker's, requests spread over them, tested in tests/serve/test_spread.py)
+    shared = listed("serve") & listed("translate") - {"--model", "--help", "--split-sentences",
+                                                      "--searches"}
     assert shared == set(DEVICE_OPTIONS) | set(DECODE_OPTIONS)
 
 

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 
 from transduce import __version__
 from transduce.errors import UserError
+from transduce.runtime import resolve_device
 from transduce.serve import libretranslate, v1
 from transduce.serve.access import Access
 from transduce.serve.bodies import BodyLimits
@@ -49,7 +50,8 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     settings = settings or ServeSettings.from_environment()
     # the threads of a worker, before its models load (CTranslate2's engine takes them then,
     # and leaves PyTorch one: transduce.engines.ctranslate2)
-    if settings.threads_per_worker() and (models is None or settings.engine == "transduce"):
+    loaded = bool(models) and isinstance(models[0], ServedModel)
+    if settings.threads_per_worker() and (not loaded or settings.engine == "transduce"):
         torch.set_num_threads(settings.threads_per_worker())
     if models is None:
         given = os.environ.get(MODELS_VARIABLE) or os.environ.get(MODELS_VARIABLE[:-1], "")
@@ -59,7 +61,8 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
     if not isinstance(models[0], ServedModel):
         models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
                              dtype=settings.dtype, compile=settings.compiles(),
-                             engine=settings.engine, continuous=settings.continuous())
+                             engine=settings.engine, continuous=settings.continuous(),
+                             searches=settings.search_threads(resolve_device(settings.device))[0])
     service = Service(list(models), settings)
 
     @contextlib.asynccontextmanager

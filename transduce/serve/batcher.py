@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from transduce.decoding.config import DecodeConfig
 from transduce.decoding.translator import Translation, Translator
 
@@ -195,11 +197,21 @@ class Batcher:
             on_translation=answered, prefixes=prefixes, terms=terms, **decode)
 
 
-def search_thread() -> ThreadPoolExecutor:
-    """A thread for searches: a server's models share one (`Service`), since PyTorch's CPU
-    threads are fastest when a single thread of the process calls them
-    (`transduce.runtime.in_passing_thread`), and the searches take the CPUs in turn anyway."""
-    return ThreadPoolExecutor(1, thread_name_prefix="transduce-search")
+def search_thread(threads: int = 0) -> ThreadPoolExecutor:
+    """A thread for searches: a server's models share one (`Service`; one per search with
+    `--searches`), since PyTorch's CPU threads are fastest when a single thread of the process
+    calls them (`transduce.runtime.in_passing_thread`), and the searches take the CPUs in turn
+    anyway. `threads`: its PyTorch CPU threads (0: as PyTorch gives a new thread)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="transduce-search",
+                              initializer=take_threads, initargs=(threads,))
+
+
+def take_threads(threads: int) -> None:
+    """The calling thread's PyTorch CPU threads, taken now (0: as PyTorch gives it): PyTorch
+    takes a thread's count at its first operation (`transduce.decoding.parallel`)."""
+    if threads:
+        torch.set_num_threads(threads)
+        torch.get_num_threads()
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

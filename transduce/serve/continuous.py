@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.continuous import ContinuousSearch
 from transduce.decoding.translator import Translation, Translator
-from transduce.serve.batcher import Search
+from transduce.serve.batcher import Search, take_threads
 
 log = logging.getLogger("transduce.serve")
 
@@ -219,9 +219,11 @@ class Stepper:
     turn: PyTorch's CPU operations run on the OpenMP threads of the thread that calls them, and
     two threads' teams on the same CPUs make each wait for the other's sleeping threads
     (`transduce.runtime.in_passing_thread`). It starts with its first batcher and ends when its
-    last is stopped."""
+    last is stopped. `threads`: its thread's PyTorch CPU threads (0: as PyTorch gives a new
+    thread)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = threads
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (batcher, job | None)
         self._batchers: list[ContinuousBatcher] = []
         self._thread: threading.Thread | None = None
@@ -253,6 +255,7 @@ class Stepper:
         await asyncio.get_running_loop().run_in_executor(None, thread.join)
 
     def _run(self, inbox: queue.SimpleQueue) -> None:
+        take_threads(self.threads)
         while True:
             block = not any(b.busy for b in list(self._batchers))
             while True:

@@ -9,12 +9,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transduce.decoding.continuous import ContinuousSearch
+from transduce.decoding.parallel import threads_each
 from transduce.decoding.translator import Translator
 from transduce.engines import engine as engines
 from transduce.errors import UserError
 from transduce.runs.checkpoint import model_checkpoint
 from transduce.runs.load import read_config
 from transduce.runtime import in_passing_thread
+from transduce.serve.batcher import take_threads
 
 log = logging.getLogger("transduce.serve")
 
@@ -82,19 +84,25 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], tuple[ModelSpec
 
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 dtype: str = "float32", compile: bool = False,
-                engine: str = "transduce", continuous: bool = False) -> list[ServedModel]:
+                engine: str = "transduce", continuous: bool = False,
+                searches: int = 1) -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
     all its pairs. Loaded and warmed (compiled: the search of batches, or with `continuous`,
     that of continuous batching) on a thread that ends once they are
-    (`transduce.runtime.in_passing_thread`), so that the server's search thread is the only
-    one left with PyTorch's CPU threads."""
+    (`transduce.runtime.in_passing_thread`), so that the server's search threads are the only
+    ones left with PyTorch's CPU threads. `searches` at once (`serve --searches`): CTranslate2's
+    `inter_threads`; transduce's compiled search is warmed with one search's share of the
+    threads, as a compiled kernel keeps the count it was compiled with
+    (`transduce.decoding.parallel`)."""
     return in_passing_thread(_load_models, specs, device=device, dtype=dtype, compile=compile,
-                             engine=engine, continuous=continuous)
+                             engine=engine, continuous=continuous, searches=searches)
 
 
 def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bool,
-                 engine: str, continuous: bool) -> list[ServedModel]:
+                 engine: str, continuous: bool, searches: int) -> list[ServedModel]:
+    if compile and searches > 1:
+        take_threads(threads_each(searches))
     models, loaded = [], {}
     for pair, (spec, tgt_lang) in check_specs(specs).items():
         if spec in loaded:  # another pair of a multilingual run: its model, another language
@@ -102,7 +110,7 @@ def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bo
         else:
             translator = loaded[spec] = engines.load(
                 spec.run_dir, engine=engine, device=device, dtype=dtype, compile=compile,
-                tgt_lang=tgt_lang)
+                tgt_lang=tgt_lang, **({"searches": searches} if engine == "ctranslate2" else {}))
             if compile:
                 warm(translator, spec.run_dir, continuous)
         models.append(ServedModel(*pair, translator, spec.run_dir))

@@ -20,6 +20,7 @@ from transduce.serve.guard import RateLimiter
 from transduce.serve.metrics import Metrics
 from transduce.serve.models import ServedModel, language_name
 from transduce.serve.settings import ServeSettings
+from transduce.serve.spread import Spread
 
 log = logging.getLogger("transduce.serve")
 
@@ -43,25 +44,32 @@ class Service:
         for model in models:  # the searches its engine cannot make: refused before serving
             model.translator.check_search(self.search(model).decode)
         self.metrics = Metrics()
-        self.search_thread = search_thread()  # every batcher's searches (not continuous ones)
-        self.stepper = Stepper()  # every continuous batcher's steps
-        self.batchers = {pair: self._batcher(m) for pair, m in self.models.items()}
+        searches, threads = settings.search_threads(models[0].translator.device)
+        # each search's thread, shared by every model's batcher of that search: the searches
+        # of batches, or the steps of continuous batching
+        self.search_threads = [search_thread(threads) for _ in range(searches)]
+        self.steppers = [Stepper(threads) for _ in range(searches)]
+        self.batchers = {pair: self._batchers(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.files: FileStore | None = None  # made by start()
         self.api_keys = settings.keys()
 
-    def _batcher(self, model: ServedModel) -> Batcher | ContinuousBatcher:
+    def _batchers(self, model: ServedModel) -> Batcher | ContinuousBatcher | Spread:
         """Continuous batching where asked (`ServeSettings.continuous`), else batches of the
-        requests that came together."""
+        requests that came together: one batcher a search thread, spread (`Spread`) where
+        there are several."""
         settings = self.settings
         if settings.continuous():
-            return ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
-                                     max_sentences=settings.max_search_sentences,
-                                     on_step=self._counter(model, continuous=True),
-                                     stepper=self.stepper)
-        return Batcher(model.translator, max_tokens=settings.max_batch_tokens,
-                       wait=settings.batch_wait_ms / 1000, batching=settings.batching,
-                       on_batch=self._counter(model), thread=self.search_thread)
+            batchers = [ContinuousBatcher(model.translator, max_tokens=settings.max_batch_tokens,
+                                          max_sentences=settings.max_search_sentences,
+                                          on_step=self._counter(model, continuous=True),
+                                          stepper=stepper) for stepper in self.steppers]
+        else:
+            batchers = [Batcher(model.translator, max_tokens=settings.max_batch_tokens,
+                                wait=settings.batch_wait_ms / 1000, batching=settings.batching,
+                                on_batch=self._counter(model), thread=thread)
+                        for thread in self.search_threads]
+        return batchers[0] if len(batchers) == 1 else Spread(batchers)
 
     def _counter(self, model: ServedModel, continuous: bool = False):
         def on_batch(sentences: int, tokens: int, seconds: float, results) -> None:
@@ -78,7 +86,8 @@ class Service:
 
     async def stop(self) -> None:
         await asyncio.gather(*(b.stop() for b in self.batchers.values()))
-        self.search_thread.shutdown(wait=True)
+        for thread in self.search_threads:
+            thread.shutdown(wait=True)
         self._refresh.cancel()
         self.metrics.leave()
         self.files.close()

@@ -73,6 +73,11 @@ class ServeSettings:
     threads: int = setting(0,
         "CPU threads per worker (0: the CPUs shared among the workers; with one worker all CPUs "
         "but one, which is left to HTTP, the event loop and the machine's other work)")
+    searches: int = setting(1,
+        "searches at once in each worker, each on a thread of its own with an equal share of "
+        "its --threads (at least one each), requests going to the least busy: as `transduce "
+        "translate --searches` (0: one per thread); on a CPU, searches of one thread each keep "
+        "every core busy with one copy of the models")
     device: str = setting("auto", "where the models run: as `transduce translate --device`")
     dtype: str = setting("float32", "what they compute in: as `transduce translate --dtype`")
     compile: bool | None = setting(None,
@@ -91,7 +96,7 @@ class ServeSettings:
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1")
         for name in ("batch_wait_ms", "timeout", "threads", "max_alternatives", "body_timeout",
-                     "max_search_sentences"):
+                     "max_search_sentences", "searches"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must not be negative")
         for name in ("max_chars", "max_texts"):
@@ -195,6 +200,16 @@ class ServeSettings:
             return self.threads
         cpus = os.cpu_count() or 1
         return max(1, cpus - 1) if self.workers == 1 else max(1, cpus // self.workers)
+
+
+    def search_threads(self, device) -> tuple[int, int]:
+        """How many searches at once (--searches, checked for `device`, a torch.device: only
+        a CPU takes several) and the PyTorch CPU threads of each (0 for a single search: the
+        worker's own)."""
+        from transduce.decoding.parallel import check_searches
+
+        searches = check_searches(self.searches or self.threads_per_worker(), device)
+        return searches, max(1, self.threads_per_worker() // searches) if searches > 1 else 0
 
 
 def read_api_keys(path: Path) -> frozenset[str]:
