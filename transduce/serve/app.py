@@ -59,10 +59,11 @@ def create_app(models: list[ServedModel] | list[str | Path] | None = None,
         if not models:
             raise UserError(f"no models: set {MODELS_VARIABLE} to run directories")
     if not isinstance(models[0], ServedModel):
+        searches, threads = settings.search_threads(resolve_device(settings.device))
         models = load_models([ModelSpec.parse(str(m)) for m in models], device=settings.device,
                              dtype=settings.dtype, compile=settings.compiles(),
                              engine=settings.engine, continuous=settings.continuous(),
-                             searches=settings.search_threads(resolve_device(settings.device))[0])
+                             searches=searches, threads=threads)
     service = Service(list(models), settings)
 
     @contextlib.asynccontextmanager

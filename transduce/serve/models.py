@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transduce.decoding.continuous import ContinuousSearch
-from transduce.decoding.parallel import threads_each
 from transduce.decoding.translator import Translator
 from transduce.engines import engine as engines
 from transduce.errors import UserError
@@ -85,24 +84,26 @@ def check_specs(specs: list[ModelSpec]) -> dict[tuple[str, str], tuple[ModelSpec
 def load_models(specs: list[ModelSpec], *, device: str = "auto",
                 dtype: str = "float32", compile: bool = False,
                 engine: str = "transduce", continuous: bool = False,
-                searches: int = 1) -> list[ServedModel]:
+                searches: int = 1, threads: int = 0) -> list[ServedModel]:
     """Each spec's model, loaded as `transduce translate --model RUN_DIR` loads it (the same
     checkpoint and search settings); one model per pair, a multilingual run's loaded once for
     all its pairs. Loaded and warmed (compiled: the search of batches, or with `continuous`,
     that of continuous batching) on a thread that ends once they are
     (`transduce.runtime.in_passing_thread`), so that the server's search threads are the only
-    ones left with PyTorch's CPU threads. `searches` at once (`serve --searches`): CTranslate2's
-    `inter_threads`; transduce's compiled search is warmed with one search's share of the
-    threads, as a compiled kernel keeps the count it was compiled with
-    (`transduce.decoding.parallel`)."""
+    ones left with PyTorch's CPU threads. `searches` at once (`serve --searches`, each of
+    `threads` CPU threads; 0: the caller's): CTranslate2's `inter_threads`; transduce's
+    compiled search is warmed on `threads`, as its searches will run: Dynamo's guards hold the
+    thread count a graph was compiled at, and compile it again at another."""
     return in_passing_thread(_load_models, specs, device=device, dtype=dtype, compile=compile,
-                             engine=engine, continuous=continuous, searches=searches)
+                             engine=engine, continuous=continuous, searches=searches,
+                             threads=threads)
 
 
 def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bool,
-                 engine: str, continuous: bool, searches: int) -> list[ServedModel]:
-    if compile and searches > 1:
-        take_threads(threads_each(searches))
+                 engine: str, continuous: bool, searches: int, threads: int
+                 ) -> list[ServedModel]:
+    if compile:
+        take_threads(threads)
     models, loaded = [], {}
     for pair, (spec, tgt_lang) in check_specs(specs).items():
         if spec in loaded:  # another pair of a multilingual run: its model, another language

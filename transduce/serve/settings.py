@@ -201,7 +201,6 @@ class ServeSettings:
         cpus = os.cpu_count() or 1
         return max(1, cpus - 1) if self.workers == 1 else max(1, cpus // self.workers)
 
-
     def search_threads(self, device) -> tuple[int, int]:
         """How many searches at once (--searches, checked for `device`, a torch.device: only
         a CPU takes several) and the PyTorch CPU threads of each (0 for a single search: the

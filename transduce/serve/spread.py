@@ -4,9 +4,12 @@ threads (`transduce.decoding.parallel`, CTranslate2's `inter_threads`).
 
 At a small model's shapes a step's products are too small for two threads to share, so one
 search on two CPUs leaves most of the second idle; two searches of one thread each keep both
-busy with one copy of the model in memory, where a second worker would load another. A request
-goes whole to the batcher with the fewest sentences in hand, so that the searches stay equally
-full; its translations are those it gets alone, whichever batcher searches it.
+busy with one copy of the model in memory, where a second worker would load another. That pays
+in full for a search that lets go of Python's lock (CTranslate2's: two searches answered two
+workers' requests); transduce's holds it for the Python of each step, so its searches gain
+less than workers do (benchmarks/serve.md). A request goes whole to the batcher with the fewest
+sentences in hand, so that the searches stay equally full; its translations are those it gets
+alone, whichever batcher searches it.
 """
 
 from __future__ import annotations
