@@ -126,8 +126,11 @@ def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_pa
     assert searched / steps > 1  # sentences of several requests searched together
 
 
-def test_sigterm_finishes_the_accepted_requests_then_exits_0(server):
-    process, url = server("--max-texts", "-1", "--max-chars", "-1")
+@pytest.mark.parametrize("searching", [[], ["--continuous-batching", "--searches", "2",
+                                             "--threads", "2"]])
+def test_sigterm_finishes_the_accepted_requests_then_exits_0(server, searching):
+    """One search of batches; continuous batching in two searches at once."""
+    process, url = server("--max-texts", "-1", "--max-chars", "-1", *searching)
     texts = [num2words(n) for n in range(300, 600)]
     n = 12
 
