@@ -21,16 +21,14 @@ tests/decoding/test_compiled.py). Before the first step the cross-attention cach
 compiled, and only reads and writes them, but for the first of one row a source
 (`CompiledSteps._decode`): beam search's, before its k beams, is its only step of that kind, and
 compiled it would be two graphs more (one source or several), as long to compile as the two of
-every other step, for one step a search.
-Steps of one row a source
-throughout (sampling, forced prefixes) compile theirs at the second. Greedy
-search takes its tokens `greedy_block` at a time from one graph (`CompiledSteps.greedy`: the
-steps unrolled, each argmax fed to the next inside the graph), so the Python around a step
-comes once for several; its rows leave the batch once a block. The
-buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s: one for each
-search in flight, taken when its steps are made and given back when they are dropped, so that
-searches at once, transduce.decoding.parallel, each have their own): allocating and zeroing a
-batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
+every other step, for one step a search. Steps of one row a source throughout (sampling, forced
+prefixes) compile theirs at the second. Greedy search takes its tokens `greedy_block` at a time
+from one graph (`CompiledSteps.greedy`: the steps unrolled, each argmax fed to the next inside
+the graph), so the Python around a step comes once for several; its rows leave the batch once a
+block. The buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s: one
+for each search in flight, taken when its steps are made and given back when they are dropped,
+so that searches at once, transduce.decoding.parallel, each have their own): allocating and
+zeroing a batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
 Sentences may join the steps between them (continuous batching, transduce.decoding.continuous:
 `DecoderSteps.join`): their rows' self-attention starts at the next position, each row masked
 before its own start (`StaticKVCache.join`), their cross-attention keys made as they join, and

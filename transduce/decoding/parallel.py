@@ -56,6 +56,14 @@ def threads_each(searches: int) -> int:
     return max(1, torch.get_num_threads() // searches)
 
 
+def take_threads(threads: int) -> None:
+    """The calling thread's PyTorch CPU threads, taken now (0: as PyTorch gives a new thread):
+    PyTorch takes a thread's count at its first operation (see the module)."""
+    if threads:
+        torch.set_num_threads(threads)
+        torch.get_num_threads()
+
+
 def at_once(work: Callable[[T, Callable[[object], None]], None], items: Iterable[T],
             searches: int) -> Iterator[object]:
     """`work(item, tell)` for every item, `searches` at a time on threads of their own
@@ -73,8 +81,7 @@ def at_once(work: Callable[[T, Callable[[object], None]], None], items: Iterable
     ready = threading.Barrier(searches + 1)
 
     def run() -> None:
-        torch.set_num_threads(share)
-        torch.get_num_threads()  # PyTorch takes a thread's count at its first call: now
+        take_threads(share)
         ready.wait()
         try:
             while not stop.is_set():

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-import torch
-
 from transduce.decoding.config import DecodeConfig
+from transduce.decoding.parallel import take_threads
 from transduce.decoding.translator import Translation, Translator
 
 
@@ -204,14 +203,6 @@ def search_thread(threads: int = 0) -> ThreadPoolExecutor:
     anyway. `threads`: its PyTorch CPU threads (0: as PyTorch gives a new thread)."""
     return ThreadPoolExecutor(1, thread_name_prefix="transduce-search",
                               initializer=take_threads, initargs=(threads,))
-
-
-def take_threads(threads: int) -> None:
-    """The calling thread's PyTorch CPU threads, taken now (0: as PyTorch gives it): PyTorch
-    takes a thread's count at its first operation (`transduce.decoding.parallel`)."""
-    if threads:
-        torch.set_num_threads(threads)
-        torch.get_num_threads()
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.continuous import ContinuousSearch
+from transduce.decoding.parallel import take_threads
 from transduce.decoding.translator import Translation, Translator
-from transduce.serve.batcher import Search, take_threads
+from transduce.serve.batcher import Search
 
 log = logging.getLogger("transduce.serve")
 

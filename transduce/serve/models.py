@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transduce.decoding.continuous import ContinuousSearch
+from transduce.decoding.parallel import take_threads
 from transduce.decoding.translator import Translator
 from transduce.engines import engine as engines
 from transduce.errors import UserError
 from transduce.runs.checkpoint import model_checkpoint
 from transduce.runs.load import read_config
 from transduce.runtime import in_passing_thread
-from transduce.serve.batcher import take_threads
 
 log = logging.getLogger("transduce.serve")
 
