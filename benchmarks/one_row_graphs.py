@@ -112,7 +112,7 @@ def searches(model, tokenizers, variants, src: Path, passes: int) -> None:
     greedy._take_block = keep
     try:
         for name, graph in variants.items():  # a first pass each: compiling, not timed
-            compiled._GREEDY[BLOCK] = graph
+            compiled._GREEDY[BLOCK, 0] = graph
             blocks.clear()
             one_pass()
             found[name] = list(blocks)
@@ -123,11 +123,11 @@ def searches(model, tokenizers, variants, src: Path, passes: int) -> None:
     times = {name: [] for name in variants}
     for _ in range(passes):
         for name, graph in variants.items():
-            compiled._GREEDY[BLOCK] = graph
+            compiled._GREEDY[BLOCK, 0] = graph
             start = time.perf_counter()
             tokens = one_pass()
             times[name].append(time.perf_counter() - start)
-    compiled._GREEDY[BLOCK] = variants["decompose_mm_pass"]
+    compiled._GREEDY[BLOCK, 0] = variants["decompose_mm_pass"]
     print(f"\ngreedy search of {len(lines)} sentences ({src.name}), batches of 64, {passes} "
           f"passes each, {tokens:,} target tokens (every block's tokens the same: {same})")
     print("\n| graphs | least s | median s | target tokens/s (median) |\n|---|---|---|---|")

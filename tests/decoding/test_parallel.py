@@ -143,3 +143,34 @@ def test_a_compiled_model_gives_each_search_in_flight_buffers_of_its_own(run_dir
     kept = first.storage
     del first  # a search ends
     assert model.steps(src).storage is kept  # the next one takes its buffers again
+
+
+@own_path_only
+def test_compiled_searches_at_once_each_call_a_copy_of_their_own(run_dir, two_threads,  # noqa: F811
+                                                                monkeypatch):
+    """Dynamo's guards are not safe to check from two threads at once (a check of one thread
+    failed against the other's inputs, and the step compiled again while serving): each search
+    thread calls the compiled steps through a code object of its own, no code object from two
+    threads, and they find the eager tokens."""
+    from transduce.decoding import compiled
+
+    callers: dict[object, set[int]] = {}
+
+    def recorded(make):
+        def made(*args):
+            function = make(*args)
+            code = function._torchdynamo_orig_callable.__code__
+            callers.setdefault(code, set()).add(threading.get_ident())
+            return function
+        return made
+
+    monkeypatch.setattr(compiled, "compiled_decode_next", recorded(compiled.compiled_decode_next))
+    monkeypatch.setattr(compiled, "compiled_greedy", recorded(compiled.compiled_greedy))
+    eager = Translator.load(run_dir)
+    many = Translator.load(run_dir, compile=True, searches=2)
+    for beams in (1, 2):
+        assert many.translate(SENTENCES, beam_size=beams, **SMALL_BATCHES) == \
+            eager.translate(SENTENCES, beam_size=beams, **SMALL_BATCHES)
+    assert len({thread for threads in callers.values() for thread in threads}) == 2
+    assert all(len(threads) == 1 for threads in callers.values())
+    assert len(callers) == 4  # a step and a greedy block, a copy for each search

@@ -109,18 +109,9 @@ def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_pa
     """Batches, and continuous batching in two searches at once, compiled: warmed for them
     before /health (two searches: on one thread each, a count Dynamo's guards hold), so that
     nothing is compiled while serving."""
-    from transduce import kernels
-
     lines = [num2words(n) for n in range(1, 1000, 15)][:64]
     expected = _translate_command(run_dir, lines, tmp_path)
-    env = dict(TORCH_LOGS="recompiles,graph_code")
-    if "--searches" in batching and kernels.path() == "openblas":
-        # KNOWN BUG (2026-12-01): on the openblas path two searches at once compiled a graph
-        # while serving in 2 of 12 runs ("Unexpected recompilation: runtime guards failed"),
-        # the translations right; not on reference, mkl or onednn (12 runs), nor with one
-        # search. Until it is found, this variant runs on MKL's path on such a CPU.
-        env[kernels.SWITCH] = "mkl"
-    _, url = server(*batching, env=env)
+    _, url = server(*batching, env=dict(TORCH_LOGS="recompiles,graph_code"))
     log = tmp_path / f"server-{url.rsplit(':', 1)[1]}.log"
     warmed = log.read_text()  # up to /health
 

@@ -27,8 +27,9 @@ from one graph (`CompiledSteps.greedy`: the steps unrolled, each argmax fed to t
 the graph), so the Python around a step comes once for several; its rows leave the batch once a
 block. The buffers are the `Compiled` model's, kept from search to search (`StaticStorage`s: one
 for each search in flight, taken when its steps are made and given back when they are dropped,
-so that searches at once, transduce.decoding.parallel, each have their own): allocating and
-zeroing a batch's took 40% of a greedy search of Multi30k (batches of 64, room for 200 tokens).
+so that searches at once, transduce.decoding.parallel, each have their own, as each calls its
+own copy of the compiled functions: `use_copy`): allocating and zeroing a batch's took 40% of a
+greedy search of Multi30k (batches of 64, room for 200 tokens).
 Sentences may join the steps between them (continuous batching, transduce.decoding.continuous:
 `DecoderSteps.join`): their rows' self-attention starts at the next position, each row masked
 before its own start (`StaticKVCache.join`), their cross-attention keys made as they join, and
@@ -51,7 +52,10 @@ are identical.
 
 from __future__ import annotations
 
+import threading
+import types
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -187,8 +191,6 @@ def pays(device: torch.device, dtype: str, words: int | None = None, beams: int 
     return words is None or words >= PAYS_AFTER_WORDS["greedy" if beams == 1 else "beam"]
 
 
-_COMPILED = None
-
 # Inductor's options for the search's graphs: its C++ wrapper calls the kernels, not Python; and
 # in a graph of one row (a size Dynamo specialises) a linear layer of up to 2,048 x 2,048 is
 # Inductor's own vectorised loop over the weight, fused with what surrounds it, not a call to
@@ -234,31 +236,70 @@ def _configure() -> None:
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
-def compiled_decode_next():
+# Dynamo keeps a function's graphs, and the guards it checks before each call of one, with the
+# function's code object, and checking them is not safe from two threads at once: guards that
+# relate several inputs (that two tensors are not one) keep what they have seen in the guard
+# object until the check ends, and a check that runs Python (a shape guard) can let the other
+# thread in halfway, whose check then fails against the first one's inputs. The call compiles
+# the graph again, while a client waits ("Unexpected recompilation: runtime guards failed even
+# though they passed", in ~1 of 10 runs of 64 concurrent requests to a server of two searches).
+# So each of the searches at once (transduce.decoding.parallel) calls a copy of its own: the same
+# function with a code object of its own (`_own_code`), whose graphs Inductor's cache gives at
+# the cost of tracing them (`use_copy`; the copy a thread calls, 0 unless told).
+_COPY = threading.local()
+
+
+def use_copy(index: int) -> None:
+    """The calling thread calls copy `index` (0, 1, ...) of the compiled functions from now on:
+    one for each of the searches at once (see above)."""
+    _COPY.index = index
+
+
+_DECODE_NEXT: dict[int, Callable] = {}
+
+
+def compiled_decode_next() -> Callable:
     """`Transformer.decode_next` through `torch.compile` (Inductor, `INDUCTOR_OPTIONS`), made
-    once a process and shared by every model."""
-    global _COMPILED
-    if _COMPILED is None:
+    once a process for each copy (`use_copy`) and shared by every model."""
+    index = getattr(_COPY, "index", 0)
+    if index not in _DECODE_NEXT:
         _configure()
-        _COMPILED = torch.compile(_decode_next, dynamic=True, options=INDUCTOR_OPTIONS)
-    return _COMPILED
+        _DECODE_NEXT[index] = torch.compile(_own_code(_decode_next, index), dynamic=True,
+                                            options=INDUCTOR_OPTIONS)
+    return _DECODE_NEXT[index]
 
 
-_GREEDY: dict[int, object] = {}
+_GREEDY: dict[tuple[int, int], Callable] = {}
 
 
-def compiled_greedy(k: int):
+def compiled_greedy(k: int) -> Callable:
     """`_greedy` of k tokens through `torch.compile` as `compiled_decode_next`: one graph, the
-    k steps unrolled in it; made once a process for each k."""
-    if k not in _GREEDY:
+    k steps unrolled in it; made once a process for each k and copy."""
+    index = getattr(_COPY, "index", 0)
+    if (k, index) not in _GREEDY:
         _configure()
 
         def greedy(model: Transformer, inputs: Tensor, memory: Tensor, src_mask: Tensor,
                    cache: StaticDecoderCache, never: Tensor, eos_bias: Tensor):
             return _greedy(model, inputs, memory, src_mask, cache, never, eos_bias, k)
 
-        _GREEDY[k] = torch.compile(greedy, dynamic=True, options=INDUCTOR_OPTIONS)
-    return _GREEDY[k]
+        _GREEDY[k, index] = torch.compile(_own_code(greedy, index), dynamic=True,
+                                          options=INDUCTOR_OPTIONS)
+    return _GREEDY[k, index]
+
+
+def _own_code(function: Callable, index: int) -> Callable:
+    """The function itself for copy 0; for another, the same function with a code object of its
+    own (named for its copy: `_decode_next_1`), to which Dynamo keeps its own graphs and guards."""
+    if index == 0:
+        return function
+    code = function.__code__
+    renamed = {"co_name": f"{code.co_name}_{index}"}
+    if hasattr(code, "co_qualname"):  # Python 3.11 on
+        renamed["co_qualname"] = f"{code.co_qualname}_{index}"
+    code = code.replace(**renamed)
+    return types.FunctionType(code, function.__globals__, code.co_name, function.__defaults__,
+                              function.__closure__)
 
 
 def _greedy(model: Transformer, inputs: Tensor, memory: Tensor, src_mask: Tensor,

@@ -18,7 +18,8 @@ default share on a CPU: one search a thread) no search thread has an OpenMP team
 they cannot crowd the caller's (`transduce.runtime.in_passing_thread` says why that matters).
 A compiled search's kernels keep the thread count they were compiled with (Inductor writes it
 into their code unless it equals the CPUs): a process compiles on its search threads, with their
-share, when it searches compiled with several at once first.
+share, when it searches compiled with several at once first; and each search calls a copy of
+its own of the compiled steps (`enter_search`; transduce.decoding.compiled says why).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TypeVar
 
 import torch
 
+from transduce.decoding import compiled
 from transduce.errors import UserError
 
 T = TypeVar("T")
@@ -64,6 +66,14 @@ def take_threads(threads: int) -> None:
         torch.get_num_threads()
 
 
+def enter_search(search: int, threads: int) -> None:
+    """What the thread of search `search` (0, 1, ...) of several at once does first: takes its
+    CPU threads (`take_threads`) and its own copy of the compiled steps (`compiled.use_copy`:
+    Dynamo's guards are not safe to check from two threads at once)."""
+    take_threads(threads)
+    compiled.use_copy(search)
+
+
 def at_once(work: Callable[[T, Callable[[object], None]], None], items: Iterable[T],
             searches: int) -> Iterator[object]:
     """`work(item, tell)` for every item, `searches` at a time on threads of their own
@@ -80,8 +90,8 @@ def at_once(work: Callable[[T, Callable[[object], None]], None], items: Iterable
     share = threads_each(searches)
     ready = threading.Barrier(searches + 1)
 
-    def run() -> None:
-        take_threads(share)
+    def run(search: int) -> None:
+        enter_search(search, share)
         ready.wait()
         try:
             while not stop.is_set():
@@ -97,8 +107,8 @@ def at_once(work: Callable[[T, Callable[[object], None]], None], items: Iterable
             told.put(_DONE)
 
     caller = torch.get_num_threads()
-    threads = [threading.Thread(target=run, name=f"transduce-search-{n}", daemon=True)
-               for n in range(searches)]
+    threads = [threading.Thread(target=run, args=(n,), name=f"transduce-search-{n}",
+                                daemon=True) for n in range(searches)]
     for thread in threads:
         thread.start()
     ready.wait()

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from transduce.decoding.config import DecodeConfig
-from transduce.decoding.parallel import take_threads
+from transduce.decoding.parallel import enter_search
 from transduce.decoding.translator import Translation, Translator
 
 
@@ -196,13 +196,14 @@ class Batcher:
             on_translation=answered, prefixes=prefixes, terms=terms, **decode)
 
 
-def search_thread(threads: int = 0) -> ThreadPoolExecutor:
+def search_thread(threads: int = 0, search: int = 0) -> ThreadPoolExecutor:
     """A thread for searches: a server's models share one (`Service`; one per search with
     `--searches`), since PyTorch's CPU threads are fastest when a single thread of the process
     calls them (`transduce.runtime.in_passing_thread`), and the searches take the CPUs in turn
-    anyway. `threads`: its PyTorch CPU threads (0: as PyTorch gives a new thread)."""
+    anyway. `threads`: its PyTorch CPU threads (0: as PyTorch gives a new thread); `search`:
+    which of several at once it is (`enter_search`)."""
     return ThreadPoolExecutor(1, thread_name_prefix="transduce-search",
-                              initializer=take_threads, initargs=(threads,))
+                              initializer=enter_search, initargs=(search, threads))
 
 
 def _resolve(future: asyncio.Future, translations: list[Translation]) -> None:

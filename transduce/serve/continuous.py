@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from transduce.decoding.beam import Hypothesis
 from transduce.decoding.continuous import ContinuousSearch
-from transduce.decoding.parallel import take_threads
+from transduce.decoding.parallel import enter_search
 from transduce.decoding.translator import Translation, Translator
 from transduce.serve.batcher import Search
 
@@ -221,10 +221,11 @@ class Stepper:
     two threads' teams on the same CPUs make each wait for the other's sleeping threads
     (`transduce.runtime.in_passing_thread`). It starts with its first batcher and ends when its
     last is stopped. `threads`: its thread's PyTorch CPU threads (0: as PyTorch gives a new
-    thread)."""
+    thread); `search`: which of several at once it is (`enter_search`)."""
 
-    def __init__(self, threads: int = 0) -> None:
+    def __init__(self, threads: int = 0, search: int = 0) -> None:
         self.threads = threads
+        self.search = search
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (batcher, job | None)
         self._batchers: list[ContinuousBatcher] = []
         self._thread: threading.Thread | None = None
@@ -256,7 +257,7 @@ class Stepper:
         await asyncio.get_running_loop().run_in_executor(None, thread.join)
 
     def _run(self, inbox: queue.SimpleQueue) -> None:
-        take_threads(self.threads)
+        enter_search(self.search, self.threads)
         while True:
             block = not any(b.busy for b in list(self._batchers))
             while True:

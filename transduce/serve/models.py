@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from transduce.decoding.continuous import ContinuousSearch
-from transduce.decoding.parallel import take_threads
+from transduce.decoding.parallel import enter_search
 from transduce.decoding.translator import Translator
 from transduce.engines import engine as engines
 from transduce.errors import UserError
@@ -92,8 +92,9 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
     (`transduce.runtime.in_passing_thread`), so that the server's search threads are the only
     ones left with PyTorch's CPU threads. `searches` at once (`serve --searches`, each of
     `threads` CPU threads; 0: the caller's): CTranslate2's `inter_threads`; transduce's
-    compiled search is warmed on `threads`, as its searches will run: Dynamo's guards hold the
-    thread count a graph was compiled at, and compile it again at another."""
+    compiled search is warmed for each search, its own copy of the compiled steps
+    (`enter_search`), on `threads`, as its searches will run: Dynamo's guards hold the thread
+    count a graph was compiled at, and compile it again at another."""
     return in_passing_thread(_load_models, specs, device=device, dtype=dtype, compile=compile,
                              engine=engine, continuous=continuous, searches=searches,
                              threads=threads)
@@ -102,8 +103,6 @@ def load_models(specs: list[ModelSpec], *, device: str = "auto",
 def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bool,
                  engine: str, continuous: bool, searches: int, threads: int
                  ) -> list[ServedModel]:
-    if compile:
-        take_threads(threads)
     models, loaded = [], {}
     for pair, (spec, tgt_lang) in check_specs(specs).items():
         if spec in loaded:  # another pair of a multilingual run: its model, another language
@@ -112,7 +111,8 @@ def _load_models(specs: list[ModelSpec], *, device: str, dtype: str, compile: bo
             translator = loaded[spec] = engines.load(
                 spec.run_dir, engine=engine, device=device, dtype=dtype, compile=compile,
                 tgt_lang=tgt_lang, **({"searches": searches} if engine == "ctranslate2" else {}))
-            if compile:
+            for search in range(searches if compile else 0):  # each search's own copy
+                enter_search(search, threads)
                 warm(translator, spec.run_dir, continuous)
         models.append(ServedModel(*pair, translator, spec.run_dir))
         log.info("serving %s:%s from %s", *pair, spec.run_dir)

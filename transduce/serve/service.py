@@ -47,8 +47,8 @@ class Service:
         searches, threads = settings.search_threads(models[0].translator.device)
         # each search's thread, shared by every model's batcher of that search: the searches
         # of batches, or the steps of continuous batching
-        self.search_threads = [search_thread(threads) for _ in range(searches)]
-        self.steppers = [Stepper(threads) for _ in range(searches)]
+        self.search_threads = [search_thread(threads, n) for n in range(searches)]
+        self.steppers = [Stepper(threads, n) for n in range(searches)]
         self.batchers = {pair: self._batchers(m) for pair, m in self.models.items()}
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_limit_storage)
         self.files: FileStore | None = None  # made by start()
