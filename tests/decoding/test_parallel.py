@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transduce.decoding.config import Sampling
-from transduce.decoding.parallel import at_once, check_searches, threads_each
+from transduce.decoding.parallel import at_once, check_searches, enter_search, threads_each
 from transduce.decoding.translator import Translator
 from transduce.errors import UserError
 
@@ -155,22 +155,42 @@ def test_compiled_searches_at_once_each_call_a_copy_of_their_own(run_dir, two_th
     from transduce.decoding import compiled
 
     callers: dict[object, set[int]] = {}
+    made = compiled.compiled_decode_next
 
-    def recorded(make):
-        def made(*args):
-            function = make(*args)
-            code = function._torchdynamo_orig_callable.__code__
-            callers.setdefault(code, set()).add(threading.get_ident())
-            return function
-        return made
+    def recorded():
+        function = made()
+        code = function._torchdynamo_orig_callable.__code__
+        callers.setdefault(code, set()).add(threading.get_ident())
+        return function
 
-    monkeypatch.setattr(compiled, "compiled_decode_next", recorded(compiled.compiled_decode_next))
-    monkeypatch.setattr(compiled, "compiled_greedy", recorded(compiled.compiled_greedy))
-    eager = Translator.load(run_dir)
+    monkeypatch.setattr(compiled, "compiled_decode_next", recorded)
     many = Translator.load(run_dir, compile=True, searches=2)
-    for beams in (1, 2):
-        assert many.translate(SENTENCES, beam_size=beams, **SMALL_BATCHES) == \
-            eager.translate(SENTENCES, beam_size=beams, **SMALL_BATCHES)
-    assert len({thread for threads in callers.values() for thread in threads}) == 2
+    assert many.translate(SENTENCES, beam_size=2, **SMALL_BATCHES) == \
+        Translator.load(run_dir).translate(SENTENCES, beam_size=2, **SMALL_BATCHES)
+    assert len(callers) == 2  # a copy for each search
     assert all(len(threads) == 1 for threads in callers.values())
-    assert len(callers) == 4  # a step and a greedy block, a copy for each search
+    assert len({thread for threads in callers.values() for thread in threads}) == 2
+
+
+@own_path_only
+def test_each_search_thread_gets_copies_of_its_own_of_every_compiled_function():
+    """A step and a greedy block of each k: the same function, a code object for each search
+    (nothing is compiled until called)."""
+    from transduce.decoding import compiled
+
+    codes: dict[int, list] = {}
+
+    def search(n: int) -> None:
+        enter_search(n, 0)
+        codes[n] = [f._torchdynamo_orig_callable.__code__ for f in
+                    (compiled.compiled_decode_next(), compiled.compiled_greedy(2),
+                     compiled.compiled_greedy(3))]
+
+    for n in (0, 1, 1):
+        thread = threading.Thread(target=search, args=(n,))
+        thread.start()
+        thread.join()
+    first, second = codes[0], codes[1]
+    assert first[0] is compiled._decode_next.__code__
+    assert all(a is not b and a.co_code == b.co_code for a, b in zip(first, second, strict=True))
+    assert [c.co_name for c in second] == ["_decode_next_1", "greedy_1", "greedy_1"]
