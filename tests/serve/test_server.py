@@ -107,7 +107,8 @@ def test_libretranslatepy_and_libretranslate_aio(server, translator):
                                        "--searches", "2", "--threads", "2", "--compile"]])
 def test_64_concurrent_requests_get_what_translate_gives(server, run_dir, tmp_path, batching):
     """Batches, and continuous batching in two searches at once, compiled: warmed for them
-    before /health (two searches: on one thread each, a count Dynamo's guards hold), so that
+    before /health (two searches: on one thread each, a count Dynamo's guards hold; each its
+    own copy of the compiled steps, whose guards two threads cannot check at once), so that
     nothing is compiled while serving."""
     lines = [num2words(n) for n in range(1, 1000, 15)][:64]
     expected = _translate_command(run_dir, lines, tmp_path)

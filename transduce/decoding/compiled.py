@@ -244,7 +244,7 @@ def _configure() -> None:
 # the graph again, while a client waits ("Unexpected recompilation: runtime guards failed even
 # though they passed", in ~1 of 10 runs of 64 concurrent requests to a server of two searches).
 # So each of the searches at once (transduce.decoding.parallel) calls a copy of its own: the same
-# function with a code object of its own (`_own_code`), whose graphs Inductor's cache gives at
+# function with a code object of its own (`_compile`), whose graphs Inductor's cache gives at
 # the cost of tracing them (`use_copy`; the copy a thread calls, 0 unless told).
 _COPY = threading.local()
 
@@ -263,9 +263,7 @@ def compiled_decode_next() -> Callable:
     once a process for each copy (`use_copy`) and shared by every model."""
     index = getattr(_COPY, "index", 0)
     if index not in _DECODE_NEXT:
-        _configure()
-        _DECODE_NEXT[index] = torch.compile(_own_code(_decode_next, index), dynamic=True,
-                                            options=INDUCTOR_OPTIONS)
+        _DECODE_NEXT[index] = _compile(_decode_next, index)
     return _DECODE_NEXT[index]
 
 
@@ -277,22 +275,27 @@ def compiled_greedy(k: int) -> Callable:
     k steps unrolled in it; made once a process for each k and copy."""
     index = getattr(_COPY, "index", 0)
     if (k, index) not in _GREEDY:
-        _configure()
-
         def greedy(model: Transformer, inputs: Tensor, memory: Tensor, src_mask: Tensor,
                    cache: StaticDecoderCache, never: Tensor, eos_bias: Tensor):
             return _greedy(model, inputs, memory, src_mask, cache, never, eos_bias, k)
 
-        _GREEDY[k, index] = torch.compile(_own_code(greedy, index), dynamic=True,
-                                          options=INDUCTOR_OPTIONS)
+        _GREEDY[k, index] = _compile(greedy, index)
     return _GREEDY[k, index]
 
 
-def _own_code(function: Callable, index: int) -> Callable:
-    """The function itself for copy 0; for another, the same function with a code object of its
+def _compile(function: Callable, index: int) -> Callable:
+    """Copy `index` of the function through `torch.compile` as the search's steps are compiled
+    (every size dynamic, Inductor with `INDUCTOR_OPTIONS`, Dynamo as `_configure` sets it):
+    the function itself for copy 0; for another, the same function with a code object of its
     own (named for its copy: `_decode_next_1`), to which Dynamo keeps its own graphs and guards."""
-    if index == 0:
-        return function
+    _configure()
+    if index:
+        function = _own_code(function, index)
+    return torch.compile(function, dynamic=True, options=INDUCTOR_OPTIONS)
+
+
+def _own_code(function: Callable, index: int) -> Callable:
+    """The same function with a code object of its own, named for copy `index`."""
     code = function.__code__
     renamed = {"co_name": f"{code.co_name}_{index}"}
     if hasattr(code, "co_qualname"):  # Python 3.11 on
