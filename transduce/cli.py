@@ -337,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s" if args.command != "serve" else
                         serve_command.TIMED_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S")  # serve: times
     logging.captureWarnings(True)  # library warnings (sacreBLEU's, PyTorch's) as log lines
+    code = _run(args)
+    if args.command == "train":  # one process of several: it exits here
+        from transduce.training.distributed import exit_if_joined
+
+        exit_if_joined(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; the user's mistakes and the machine's as one line."""
     try:
         with _sigterm_as_ctrl_c(args.command != "serve"):  # serve: uvicorn's own
             return args.run(args) or 0

@@ -179,3 +179,32 @@ def test_buffers_are_not_synced_under_either_name_of_the_argument():
     engine = torch.nn.parallel.DistributedDataParallel
     [name] = no_buffer_sync(engine)
     assert name in inspect.signature(engine.__init__).parameters
+
+
+def test_a_process_of_several_runs_its_exit_functions_and_skips_the_teardown(tmp_path):
+    """gloo's threads outlive the process group; torn down with the interpreter they can abort
+    a finished process. One that joined a group leaves it, flushes what it printed, and exits
+    with its status before the interpreter's teardown (no finalizer runs); one that did not
+    returns."""
+    script = f"""
+import atexit
+import torch.distributed as dist
+from transduce.training.distributed import World, exit_if_joined
+
+class Held:
+    def __del__(self):  # at the interpreter's teardown
+        print("torn down")
+
+exit_if_joined(5)  # no group yet: returns
+held = Held()
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
+atexit.register(lambda: print("left the group:", not dist.is_initialized()))
+atexit.register(World(0, 2).close)  # runs first
+print("trained", end="")  # in the buffer still
+exit_if_joined(3)
+print("not reached")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["trainedleft the group: True"]

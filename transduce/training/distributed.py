@@ -22,8 +22,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -95,6 +97,22 @@ class World:
                 with contextlib.suppress(RuntimeError):
                     dist.monitored_barrier(timeout=timedelta(seconds=10))
             dist.destroy_process_group()
+
+
+def exit_if_joined(code: int) -> None | NoReturn:
+    """End a process that trained among others with exit status `code`: what Python runs at
+    exit (leaving the process group together, flushing the logs), then out, without tearing
+    the interpreter down. PyTorch's gloo backend keeps its threads past
+    `destroy_process_group` (the engines still hold the group); torn down with the interpreter,
+    one that still holds a tensor of Python's can abort the finished process ("terminate called
+    without an active exception", exit -6: twice in CI, with FSDP; pytorch#190489, #179291).
+    A process that joined no group returns."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    atexit._run_exitfuncs()  # World.close among them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def launch(nproc: int, argv: list[str]) -> int:
